@@ -1,0 +1,472 @@
+//! `RightsizingPolicy`: which workloads Tailor right-sizes, how it computes their requests from
+//! usage history, and whether and how it applies them.
+//!
+//! Policies are namespaced and govern workloads in their own namespace. The policy named
+//! [`DEFAULT_POLICY_NAME`] (`default`) in the agent's own namespace is the cluster-wide default: it
+//! governs every workload that no policy of its own namespace selects.
+
+use jiff::SignedDuration;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::apis::Result;
+use crate::apis::duration::{DURATION_PATTERN, parse_duration};
+
+/// Name of the cluster-wide default policy, looked up in the agent's own namespace.
+pub const DEFAULT_POLICY_NAME: &str = "default";
+
+/// Condition types of a RightsizingPolicy.
+pub mod condition {
+    /// The policy is valid and in use.
+    pub const READY: &str = "Ready";
+}
+
+/// Condition reasons Tailor writes on RightsizingPolicies.
+pub mod reason {
+    /// The policy is valid and in use.
+    pub const ACTIVE: &str = "Active";
+    /// A field holds a value the API server accepted but Tailor cannot use (see the message).
+    pub const INVALID: &str = "Invalid";
+    /// Another policy in the namespace also selects some of this policy's workloads.
+    pub const OVERLAPPING: &str = "Overlapping";
+}
+
+/// Whether Tailor only recommends or also applies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Mode {
+    /// Write Recommendations and metrics; change nothing in the cluster.
+    #[default]
+    Recommend,
+    /// Apply recommended requests, and plan nodes with them.
+    Auto,
+}
+
+/// A resource Tailor right-sizes.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceKind {
+    /// CPU requests.
+    Cpu,
+    /// Memory requests.
+    Memory,
+}
+
+impl ResourceKind {
+    /// The resource name as Kubernetes resource lists spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Memory => "memory",
+        }
+    }
+}
+
+/// How applied recommendations reach the pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum UpdateMode {
+    /// Resize running pods in place (the pod `resize` subresource); no restart where the
+    /// container's resize policy allows it.
+    #[default]
+    InPlace,
+    /// Set requests only on new pods, through Tailor's admission webhook.
+    OnCreate,
+    /// Patch the workload's pod template, which rolls its pods.
+    RollingRestart,
+}
+
+/// What happens to limits when requests change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum LimitsPolicy {
+    /// Scale each limit by the same factor as its request.
+    #[default]
+    KeepRatio,
+    /// Remove CPU limits (avoids throttling); treat memory limits as KeepRatio.
+    DropCpu,
+    /// Leave limits as they are (raising a request above its limit raises the limit to match).
+    Keep,
+    /// Remove all limits.
+    Remove,
+}
+
+/// What Tailor does with workloads that a HorizontalPodAutoscaler scales on the same resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum HpaPolicy {
+    /// Leave them alone: changing requests would move the HPA's utilisation target.
+    #[default]
+    Skip,
+    /// Right-size them and rescale the HPA's utilisation target so the scaling point stays put.
+    AllowWithTargetScaling,
+}
+
+/// A workload the policy names directly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadReference {
+    /// Workload kind: Deployment, StatefulSet, DaemonSet, CronJob, Job or Rollout.
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// Workload name, in the policy's namespace.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+fn default_resources() -> Vec<ResourceKind> {
+    vec![ResourceKind::Cpu, ResourceKind::Memory]
+}
+fn default_cpu_percentile() -> f64 {
+    0.9
+}
+fn default_lower_percentile() -> f64 {
+    0.5
+}
+fn default_cpu_upper_percentile() -> f64 {
+    0.95
+}
+fn default_memory_percentile() -> f64 {
+    0.9
+}
+fn default_memory_upper_percentile() -> f64 {
+    0.99
+}
+fn default_safety_margin() -> f64 {
+    0.15
+}
+fn default_history_window() -> String {
+    "336h".to_owned()
+}
+fn default_minimum_history() -> String {
+    "24h".to_owned()
+}
+fn default_half_life() -> String {
+    "24h".to_owned()
+}
+fn default_max_step() -> f64 {
+    0.5
+}
+fn default_min_change() -> f64 {
+    0.1
+}
+fn default_oom_bump_fraction() -> f64 {
+    0.2
+}
+fn default_oom_min_bump() -> Quantity {
+    Quantity("100Mi".to_owned())
+}
+
+/// How CPU requests are computed from usage samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.lowerPercentile <= self.percentile && self.percentile <= self.upperPercentile").message("percentiles must satisfy lowerPercentile <= percentile <= upperPercentile"))]
+pub struct CpuPolicy {
+    /// Percentile of decayed CPU usage samples that becomes the request (0 to 1).
+    #[serde(default = "default_cpu_percentile")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub percentile: f64,
+    /// Percentile reported as the lower bound of the recommendation.
+    #[serde(default = "default_lower_percentile")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub lower_percentile: f64,
+    /// Percentile reported as the upper bound of the recommendation.
+    #[serde(default = "default_cpu_upper_percentile")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub upper_percentile: f64,
+    /// Smallest CPU request Tailor recommends, for example `10m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<Quantity>,
+    /// Largest CPU request Tailor recommends, for example `8`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<Quantity>,
+}
+
+impl Default for CpuPolicy {
+    fn default() -> Self {
+        Self {
+            percentile: default_cpu_percentile(),
+            lower_percentile: default_lower_percentile(),
+            upper_percentile: default_cpu_upper_percentile(),
+            min: None,
+            max: None,
+        }
+    }
+}
+
+/// How memory requests are computed. Memory is sized from daily peaks, not from samples, since
+/// running short of memory kills the container rather than slowing it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.lowerPercentile <= self.percentile && self.percentile <= self.upperPercentile").message("percentiles must satisfy lowerPercentile <= percentile <= upperPercentile"))]
+pub struct MemoryPolicy {
+    /// Percentile of the daily memory peaks (working set) that becomes the request (0 to 1).
+    #[serde(default = "default_memory_percentile")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub percentile: f64,
+    /// Percentile of daily peaks reported as the lower bound of the recommendation.
+    #[serde(default = "default_lower_percentile")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub lower_percentile: f64,
+    /// Percentile of daily peaks reported as the upper bound of the recommendation.
+    #[serde(default = "default_memory_upper_percentile")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub upper_percentile: f64,
+    /// Smallest memory request Tailor recommends, for example `32Mi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<Quantity>,
+    /// Largest memory request Tailor recommends, for example `16Gi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<Quantity>,
+}
+
+impl Default for MemoryPolicy {
+    fn default() -> Self {
+        Self {
+            percentile: default_memory_percentile(),
+            lower_percentile: default_lower_percentile(),
+            upper_percentile: default_memory_upper_percentile(),
+            min: None,
+            max: None,
+        }
+    }
+}
+
+/// How and how fast applied recommendations change pods.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePolicy {
+    /// How new requests reach the pods: `InPlace` (resize running pods), `OnCreate` (admission
+    /// webhook on new pods only) or `RollingRestart` (patch the pod template).
+    #[serde(default)]
+    pub mode: UpdateMode,
+    /// Largest relative change of a request in one step (0.5: at most halve or grow by half).
+    #[serde(default = "default_max_step")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub max_step_fraction: f64,
+    /// Smallest relative change worth applying; smaller differences are left alone so pods are
+    /// not resized back and forth.
+    #[serde(default = "default_min_change")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_change_fraction: f64,
+}
+
+impl Default for UpdatePolicy {
+    fn default() -> Self {
+        Self {
+            mode: UpdateMode::default(),
+            max_step_fraction: default_max_step(),
+            min_change_fraction: default_min_change(),
+        }
+    }
+}
+
+/// Which workloads Tailor right-sizes and how.
+// The typed `printcolumn(...)` lists repeat keys such as `type_`, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "tailor.sh",
+    version = "v1alpha1",
+    kind = "RightsizingPolicy",
+    plural = "rightsizingpolicies",
+    singular = "rightsizingpolicy",
+    namespaced,
+    status = "RightsizingPolicyStatus",
+    derive = "PartialEq",
+    shortname = "rsp",
+    category = "tailor",
+    doc = "Which workloads of its namespace Tailor right-sizes, how requests are computed from usage history, and whether and how they are applied. The policy named 'default' in the agent's namespace is the cluster-wide default for workloads no policy of their own namespace selects.",
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
+    printcolumn(name = "Update", type_ = "string", json_path = ".spec.update.mode"),
+    printcolumn(name = "Workloads", type_ = "integer", json_path = ".status.workloads"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RightsizingPolicySpec {
+    /// Selects workloads by their labels. With neither selector nor targetRefs the policy covers
+    /// every workload in its namespace (for the default policy: in the cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Workloads the policy names directly, in addition to those the selector matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_refs: Vec<WorkloadReference>,
+    /// `Recommend`: write Recommendations only. `Auto`: also apply them.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Resources to right-size: `cpu`, `memory` or both.
+    #[serde(default = "default_resources")]
+    pub resources: Vec<ResourceKind>,
+    /// How CPU requests are computed.
+    #[serde(default)]
+    pub cpu: CpuPolicy,
+    /// How memory requests are computed.
+    #[serde(default)]
+    pub memory: MemoryPolicy,
+    /// Headroom added on top of the computed value (0.15: 15% more).
+    #[serde(default = "default_safety_margin")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub safety_margin_fraction: f64,
+    /// How much usage history is read, as a Go duration (`336h` is two weeks).
+    #[serde(default = "default_history_window")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub history_window: String,
+    /// Least usage history a container needs before Tailor recommends for it.
+    #[serde(default = "default_minimum_history")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub minimum_history: String,
+    /// Age at which a usage sample counts half as much as a fresh one.
+    #[serde(default = "default_half_life")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub half_life: String,
+    /// How applied recommendations reach the pods, and how fast.
+    #[serde(default)]
+    pub update: UpdatePolicy,
+    /// What happens to limits: `KeepRatio`, `DropCpu`, `Keep` or `Remove`.
+    #[serde(default)]
+    pub limits: LimitsPolicy,
+    /// Workloads scaled by a HorizontalPodAutoscaler on the same resource: `Skip` them or
+    /// `AllowWithTargetScaling`.
+    #[serde(default)]
+    pub hpa: HpaPolicy,
+    /// After an out-of-memory kill, raise the memory request by this fraction, or by
+    /// `oomMinBump` if that is larger.
+    #[serde(default = "default_oom_bump_fraction")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub oom_bump_fraction: f64,
+    /// Smallest raise of the memory request after an out-of-memory kill.
+    #[serde(default = "default_oom_min_bump")]
+    pub oom_min_bump: Quantity,
+}
+
+impl RightsizingPolicySpec {
+    /// Whether the policy right-sizes `resource`.
+    pub fn covers(&self, resource: ResourceKind) -> bool {
+        self.resources.contains(&resource)
+    }
+
+    /// `historyWindow` as a duration.
+    pub fn history_window(&self) -> Result<SignedDuration> {
+        parse_duration(&self.history_window)
+    }
+
+    /// `minimumHistory` as a duration.
+    pub fn minimum_history(&self) -> Result<SignedDuration> {
+        parse_duration(&self.minimum_history)
+    }
+
+    /// `halfLife` as a duration.
+    pub fn half_life(&self) -> Result<SignedDuration> {
+        parse_duration(&self.half_life)
+    }
+}
+
+impl Default for RightsizingPolicySpec {
+    /// The settings of a policy with an empty spec.
+    fn default() -> Self {
+        Self {
+            selector: None,
+            target_refs: Vec::new(),
+            mode: Mode::default(),
+            resources: default_resources(),
+            cpu: CpuPolicy::default(),
+            memory: MemoryPolicy::default(),
+            safety_margin_fraction: default_safety_margin(),
+            history_window: default_history_window(),
+            minimum_history: default_minimum_history(),
+            half_life: default_half_life(),
+            update: UpdatePolicy::default(),
+            limits: LimitsPolicy::default(),
+            hpa: HpaPolicy::default(),
+            oom_bump_fraction: default_oom_bump_fraction(),
+            oom_min_bump: default_oom_min_bump(),
+        }
+    }
+}
+
+/// What Tailor observed about a RightsizingPolicy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RightsizingPolicyStatus {
+    /// Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Generation of the spec the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Number of workloads the policy currently governs.
+    #[serde(default)]
+    pub workloads: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_policy_recommends_both_resources_with_the_documented_defaults()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let policy: RightsizingPolicy = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: RightsizingPolicy\n\
+             metadata: {name: default, namespace: tailor-system}\nspec: {}\n",
+        )?;
+        let spec = &policy.spec;
+        assert_eq!(spec, &RightsizingPolicySpec::default());
+        assert_eq!(spec.mode, Mode::Recommend);
+        assert!(spec.covers(ResourceKind::Cpu) && spec.covers(ResourceKind::Memory));
+        assert_eq!(spec.cpu.percentile, 0.9);
+        assert_eq!(spec.cpu.lower_percentile, 0.5);
+        assert_eq!(spec.cpu.upper_percentile, 0.95);
+        assert_eq!(spec.memory.percentile, 0.9);
+        assert_eq!(spec.safety_margin_fraction, 0.15);
+        assert_eq!(spec.history_window()?, SignedDuration::from_hours(336));
+        assert_eq!(spec.minimum_history()?, SignedDuration::from_hours(24));
+        assert_eq!(spec.half_life()?, SignedDuration::from_hours(24));
+        assert_eq!(spec.update.mode, UpdateMode::InPlace);
+        assert_eq!(spec.update.max_step_fraction, 0.5);
+        assert_eq!(spec.update.min_change_fraction, 0.1);
+        assert_eq!(spec.limits, LimitsPolicy::KeepRatio);
+        assert_eq!(spec.hpa, HpaPolicy::Skip);
+        assert_eq!(spec.oom_bump_fraction, 0.2);
+        assert_eq!(spec.oom_min_bump.0, "100Mi");
+        assert_eq!(policy.metadata.name.as_deref(), Some(DEFAULT_POLICY_NAME));
+        Ok(())
+    }
+
+    #[test]
+    fn a_policy_selects_workloads_by_label_and_by_name() -> Result<(), serde_yaml::Error> {
+        let spec: RightsizingPolicySpec = serde_yaml::from_str(
+            r#"
+selector:
+  matchLabels: {tier: web}
+targetRefs:
+  - {kind: Deployment, name: checkout}
+mode: Auto
+resources: [memory]
+memory: {percentile: 0.95, min: 64Mi, max: 4Gi}
+update: {mode: OnCreate}
+limits: DropCpu
+hpa: AllowWithTargetScaling
+"#,
+        )?;
+        let labels = spec.selector.as_ref().and_then(|s| s.match_labels.clone());
+        assert_eq!(labels.unwrap_or_default()["tier"], "web");
+        assert_eq!(spec.target_refs[0].name, "checkout");
+        assert_eq!(spec.mode, Mode::Auto);
+        assert!(!spec.covers(ResourceKind::Cpu));
+        assert_eq!(spec.memory.percentile, 0.95);
+        assert_eq!(spec.memory.max.as_ref().map(|q| q.0.as_str()), Some("4Gi"));
+        assert_eq!(spec.update.mode, UpdateMode::OnCreate);
+        assert_eq!(spec.update.max_step_fraction, 0.5);
+        assert_eq!(spec.limits, LimitsPolicy::DropCpu);
+        assert_eq!(spec.hpa, HpaPolicy::AllowWithTargetScaling);
+        Ok(())
+    }
+}

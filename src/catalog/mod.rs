@@ -1,0 +1,522 @@
+//! The catalog: which Azure VM sizes exist, what they hold, and what they cost per region.
+//!
+//! Two sources share one CSV format (the columns of `skus.csv` and `prices.csv` described
+//! in the data README): the small built-in catalog compiled into the binary, so Tailor runs
+//! with no network, and a directory given with `--catalog-dir`. Parsing is pure; only
+//! [`Catalog::load_dir`] touches the file system. Spot prices are not published in this
+//! data: spot offerings are estimated from on-demand prices with a discount factor and
+//! flagged as estimates wherever they show.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::model::{CapacityType, InstanceType, NodeSettings, Offering, Sku, SkuName};
+
+const BUILTIN_SKUS: &str = include_str!("builtin-skus.csv");
+const BUILTIN_PRICES: &str = include_str!("builtin-prices.csv");
+
+/// Why a catalog could not be loaded or used.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// A catalog file could not be read.
+    #[error("reading catalog file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A CSV file is malformed.
+    #[error("{file}: {source}")]
+    Csv {
+        /// Which file (name or "built-in skus").
+        file: String,
+        /// The CSV error, with its position.
+        #[source]
+        source: csv::Error,
+    },
+    /// A required column is missing from the header.
+    #[error("{file}: missing column {column:?}")]
+    MissingColumn {
+        /// Which file.
+        file: String,
+        /// The column name.
+        column: &'static str,
+    },
+    /// A cell does not hold what its column promises.
+    #[error("{file} line {line}: column {column:?} has invalid value {value:?}")]
+    BadValue {
+        /// Which file.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// The column name.
+        column: &'static str,
+        /// The cell as written.
+        value: String,
+    },
+    /// The region has no prices at all.
+    #[error(
+        "region {region:?} has no prices in the {source_name} catalog (known regions: {known})"
+    )]
+    UnknownRegion {
+        /// The requested region.
+        region: String,
+        /// Which catalog.
+        source_name: String,
+        /// Regions that do have prices.
+        known: String,
+    },
+    /// The spot discount is outside 0..1.
+    #[error("spot discount {0} must be between 0 and 1 (the fraction off the on-demand price)")]
+    BadSpotDiscount(f64),
+}
+
+/// Result alias for catalog operations.
+pub type Result<T> = std::result::Result<T, CatalogError>;
+
+/// A VM size as listed in the catalog, with the admission facts the provider needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogSku {
+    /// Hardware facts; `None` fields in the source make the size unusable.
+    pub sku: Sku,
+    /// Whether AKS node provisioning knows this size (unknown sizes are left out).
+    pub known: bool,
+    /// Whether AKS or the node provisioner refuses this size.
+    pub restricted: bool,
+}
+
+/// Options for turning the catalog into instance types for one region.
+#[derive(Debug, Clone)]
+pub struct CatalogOptions {
+    /// Azure region, e.g. `eastus`.
+    pub region: String,
+    /// Zones to offer; empty means `<region>-1..3`.
+    pub zones: Vec<String>,
+    /// Fraction off the on-demand price used to estimate spot prices (0.6 = 60% off).
+    pub spot_discount: f64,
+    /// Whether to offer spot capacity at all.
+    pub include_spot: bool,
+    /// Node settings from the AKSNodeClass (overhead model, maxPods, disk).
+    pub node: NodeSettings,
+}
+
+impl CatalogOptions {
+    /// Default options for a region: three zones, spot estimated at 60% off.
+    pub fn for_region(region: &str) -> Self {
+        CatalogOptions {
+            region: region.to_string(),
+            zones: Vec::new(),
+            spot_discount: DEFAULT_SPOT_DISCOUNT,
+            include_spot: true,
+            node: NodeSettings::default(),
+        }
+    }
+}
+
+/// The default spot discount: Azure spot usually sells 60-90% below list price; Tailor
+/// assumes the low end so that spot savings are not overstated.
+pub const DEFAULT_SPOT_DISCOUNT: f64 = 0.6;
+
+/// VM sizes and on-demand list prices per region.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// Where the catalog came from ("built-in" or a directory), for messages.
+    pub source: String,
+    skus: Vec<CatalogSku>,
+    /// region → size name → USD/hour.
+    prices: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl Catalog {
+    /// The catalog compiled into the binary.
+    pub fn builtin() -> Result<Self> {
+        Self::from_csv("built-in", BUILTIN_SKUS, BUILTIN_PRICES)
+    }
+
+    /// Reads `skus.csv` and `prices.csv` from a directory.
+    pub fn load_dir(dir: &Path) -> Result<Self> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path).map_err(|source| CatalogError::Read { path, source })
+        };
+        Self::from_csv(
+            &dir.display().to_string(),
+            &read("skus.csv")?,
+            &read("prices.csv")?,
+        )
+    }
+
+    /// Parses the two CSV texts. Rows with unknown vCPU or memory are kept but never
+    /// offered; malformed cells are errors naming the file, line and column.
+    pub fn from_csv(source: &str, skus_csv: &str, prices_csv: &str) -> Result<Self> {
+        let skus = parse_skus(&format!("{source}/skus.csv"), skus_csv)?;
+        let prices = parse_prices(&format!("{source}/prices.csv"), prices_csv)?;
+        Ok(Catalog {
+            source: source.to_string(),
+            skus,
+            prices,
+        })
+    }
+
+    /// Every size in the catalog.
+    pub fn skus(&self) -> &[CatalogSku] {
+        &self.skus
+    }
+
+    /// Regions that have at least one price.
+    pub fn regions(&self) -> Vec<&str> {
+        self.prices.keys().map(String::as_str).collect()
+    }
+
+    /// The on-demand list price of a size in a region, if published and non-zero.
+    pub fn price(&self, region: &str, size: &str) -> Option<f64> {
+        self.prices
+            .get(region)
+            .and_then(|p| p.get(size))
+            .copied()
+            .filter(|p| *p > 0.0)
+    }
+
+    /// The instance types a node provisioner may buy in `options.region`, with offerings
+    /// per zone and capacity type, sorted by name.
+    ///
+    /// Admission mirrors AKS node provisioning: at least 2 vCPUs and 3.5 GiB, not
+    /// restricted, known to AKS, no confidential (DC/EC) or constrained-vCPU sizes, and a
+    /// non-zero list price in the region.
+    pub fn instance_types(&self, options: &CatalogOptions) -> Result<Vec<InstanceType>> {
+        if !(0.0..1.0).contains(&options.spot_discount) {
+            return Err(CatalogError::BadSpotDiscount(options.spot_discount));
+        }
+        let Some(prices) = self.prices.get(&options.region) else {
+            return Err(CatalogError::UnknownRegion {
+                region: options.region.clone(),
+                source_name: self.source.clone(),
+                known: self.regions().join(", "),
+            });
+        };
+        let zones: Vec<String> = if options.zones.is_empty() {
+            (1..=3).map(|n| format!("{}-{n}", options.region)).collect()
+        } else {
+            options.zones.clone()
+        };
+        let mut out = Vec::new();
+        for entry in &self.skus {
+            if !admissible(entry) {
+                continue;
+            }
+            let Some(&price) = prices.get(&entry.sku.name).filter(|p| **p > 0.0) else {
+                continue;
+            };
+            let mut offerings = Vec::with_capacity(zones.len() * 2);
+            for zone in &zones {
+                offerings.push(Offering {
+                    zone: zone.clone(),
+                    capacity_type: CapacityType::OnDemand,
+                    price_per_hour: price,
+                    price_is_estimate: false,
+                    available: true,
+                });
+                if options.include_spot {
+                    offerings.push(Offering {
+                        zone: zone.clone(),
+                        capacity_type: CapacityType::Spot,
+                        price_per_hour: round_price(price * (1.0 - options.spot_discount)),
+                        price_is_estimate: true,
+                        available: true,
+                    });
+                }
+            }
+            out.push(InstanceType::new(
+                entry.sku.clone(),
+                &options.region,
+                offerings,
+                &options.node,
+            ));
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+/// Rounds a derived price to the catalog's six decimals.
+fn round_price(p: f64) -> f64 {
+    (p * 1e6).round() / 1e6
+}
+
+fn admissible(entry: &CatalogSku) -> bool {
+    let sku = &entry.sku;
+    let name = SkuName::parse(&sku.name);
+    let confidential = name.family == "DC" || name.family == "EC";
+    let constrained = sku.name.contains('-');
+    entry.known
+        && !entry.restricted
+        && !confidential
+        && !constrained
+        && sku.vcpus >= 2
+        && sku.memory_gib >= 3.5
+}
+
+/// Column positions looked up by name, so extra columns and any order are accepted.
+struct Columns {
+    file: String,
+    index: BTreeMap<String, usize>,
+}
+
+impl Columns {
+    fn new(file: &str, headers: &csv::StringRecord) -> Self {
+        Columns {
+            file: file.to_string(),
+            index: headers
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (h.trim().to_string(), i))
+                .collect(),
+        }
+    }
+
+    fn require(&self, column: &'static str) -> Result<usize> {
+        self.index
+            .get(column)
+            .copied()
+            .ok_or_else(|| CatalogError::MissingColumn {
+                file: self.file.clone(),
+                column,
+            })
+    }
+
+    fn bad(&self, record: &csv::StringRecord, column: &'static str, value: &str) -> CatalogError {
+        CatalogError::BadValue {
+            file: self.file.clone(),
+            line: record.position().map_or(0, |p| p.line()),
+            column,
+            value: value.to_string(),
+        }
+    }
+}
+
+fn reader(text: &str) -> csv::Reader<&[u8]> {
+    csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .flexible(false)
+        .from_reader(text.as_bytes())
+}
+
+fn parse_bool(
+    cols: &Columns,
+    rec: &csv::StringRecord,
+    column: &'static str,
+    idx: Option<usize>,
+) -> Result<bool> {
+    match idx.and_then(|i| rec.get(i)).unwrap_or("") {
+        "true" => Ok(true),
+        "false" | "" => Ok(false),
+        other => Err(cols.bad(rec, column, other)),
+    }
+}
+
+fn parse_skus(file: &str, text: &str) -> Result<Vec<CatalogSku>> {
+    let csv_err = |source| CatalogError::Csv {
+        file: file.to_string(),
+        source,
+    };
+    let mut rdr = reader(text);
+    let cols = Columns::new(file, rdr.headers().map_err(csv_err)?);
+    let name_i = cols.require("name")?;
+    let vcpus_i = cols.require("vcpus")?;
+    let mem_i = cols.require("memory_gib")?;
+    let gpus_i = cols.index.get("gpus").copied();
+    let arch_i = cols.index.get("arch").copied();
+    let arch_name_i = cols.index.get("arch_from_name").copied();
+    let known_i = cols.index.get("in_known_skus").copied();
+    let aks_r_i = cols.index.get("aks_restricted").copied();
+    let karp_r_i = cols.index.get("karpenter_restricted").copied();
+    let mut out = Vec::new();
+    for rec in rdr.records() {
+        let rec = rec.map_err(csv_err)?;
+        let cell = |i: usize| rec.get(i).unwrap_or("").trim();
+        let name = cell(name_i);
+        if name.is_empty() {
+            return Err(cols.bad(&rec, "name", name));
+        }
+        let (vcpus, memory) = (cell(vcpus_i), cell(mem_i));
+        if vcpus.is_empty() || memory.is_empty() {
+            continue; // size without published capacity: never offered
+        }
+        let vcpus: u32 = vcpus.parse().map_err(|_| cols.bad(&rec, "vcpus", vcpus))?;
+        let memory_gib: f64 = memory
+            .parse()
+            .ok()
+            .filter(|m: &f64| m.is_finite() && *m >= 0.0)
+            .ok_or_else(|| cols.bad(&rec, "memory_gib", memory))?;
+        let gpus = match gpus_i.map(cell).unwrap_or("") {
+            "" => 0,
+            g => g.parse().map_err(|_| cols.bad(&rec, "gpus", g))?,
+        };
+        let arch = match (
+            arch_i.map(cell).unwrap_or(""),
+            arch_name_i.map(cell).unwrap_or(""),
+        ) {
+            ("", "") => "amd64",
+            ("", from_name) => from_name,
+            (arch, _) => arch,
+        };
+        if arch != "amd64" && arch != "arm64" {
+            return Err(cols.bad(&rec, "arch", arch));
+        }
+        // Catalogs without the column are taken as all-known (hand-written files).
+        let known = known_i.is_none() || parse_bool(&cols, &rec, "in_known_skus", known_i)?;
+        let restricted = parse_bool(&cols, &rec, "aks_restricted", aks_r_i)?
+            || parse_bool(&cols, &rec, "karpenter_restricted", karp_r_i)?;
+        out.push(CatalogSku {
+            sku: Sku {
+                name: name.to_string(),
+                vcpus,
+                memory_gib,
+                gpus,
+                arch: arch.to_string(),
+            },
+            known,
+            restricted,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_prices(file: &str, text: &str) -> Result<BTreeMap<String, BTreeMap<String, f64>>> {
+    let csv_err = |source| CatalogError::Csv {
+        file: file.to_string(),
+        source,
+    };
+    let mut rdr = reader(text);
+    let cols = Columns::new(file, rdr.headers().map_err(csv_err)?);
+    let region_i = cols.require("region")?;
+    let sku_i = cols.require("sku")?;
+    let price_i = cols.require("price_on_demand_usd_per_hour")?;
+    let kind_i = cols.index.get("sku_kind").copied();
+    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for rec in rdr.records() {
+        let rec = rec.map_err(csv_err)?;
+        let cell = |i: usize| rec.get(i).unwrap_or("").trim();
+        // Dedicated-host prices are per host, not per VM.
+        if kind_i.map(cell).is_some_and(|k| k != "vm" && !k.is_empty()) {
+            continue;
+        }
+        let raw = cell(price_i);
+        let price: f64 = raw
+            .parse()
+            .ok()
+            .filter(|p: &f64| p.is_finite() && *p >= 0.0)
+            .ok_or_else(|| cols.bad(&rec, "price_on_demand_usd_per_hour", raw))?;
+        out.entry(cell(region_i).to_string())
+            .or_default()
+            .insert(cell(sku_i).to_string(), price);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Requirements;
+    use crate::model::requirements::Requirement;
+
+    #[test]
+    fn builtin_catalog_covers_d_e_f_in_both_architectures_and_two_regions() {
+        let catalog = Catalog::builtin().expect("built-in catalog parses");
+        for region in ["eastus", "westeurope"] {
+            let types = catalog
+                .instance_types(&CatalogOptions::for_region(region))
+                .expect("region is priced");
+            assert!(types.len() >= 40, "{region}: {} sizes", types.len());
+            for family in ["D", "E", "F"] {
+                assert!(
+                    types.iter().any(|t| t.sku_name.family == family),
+                    "{family}"
+                );
+            }
+            for arch in ["amd64", "arm64"] {
+                assert!(types.iter().any(|t| t.sku.arch == arch), "{arch}");
+            }
+            assert!(
+                types.iter().any(|t| t.sku.vcpus == 2) && types.iter().any(|t| t.sku.vcpus == 64)
+            );
+        }
+    }
+
+    #[test]
+    fn spot_offerings_are_estimated_from_on_demand_and_flagged() {
+        let catalog = Catalog::builtin().expect("built-in catalog parses");
+        let types = catalog
+            .instance_types(&CatalogOptions::for_region("eastus"))
+            .expect("eastus is priced");
+        let d2 = types
+            .iter()
+            .find(|t| t.name == "Standard_D2s_v5")
+            .expect("D2s_v5 listed");
+        assert_eq!(d2.offerings.len(), 6);
+        let spot =
+            Requirements::new().with(Requirement::one_of("tailor.sh/capacity-type", ["spot"]));
+        let o = d2.cheapest_offering(&spot).expect("spot offered");
+        assert!(o.price_is_estimate);
+        assert!((o.price_per_hour - 0.096 * 0.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unknown_region_lists_the_known_ones() {
+        let catalog = Catalog::builtin().expect("built-in catalog parses");
+        let err = catalog
+            .instance_types(&CatalogOptions::for_region("marsnorth"))
+            .expect_err("no such region");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"marsnorth\"") && msg.contains("eastus"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn malformed_cells_name_file_line_column_and_value() {
+        let skus = "name,vcpus,memory_gib,arch\nStandard_D2s_v5,2,8,amd64\nStandard_D4s_v5,four,16,amd64\n";
+        let err = Catalog::from_csv("test", skus, "region,sku,price_on_demand_usd_per_hour\n")
+            .expect_err("bad vcpus");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("test/skus.csv line 3")
+                && msg.contains("\"vcpus\"")
+                && msg.contains("\"four\""),
+            "{msg}"
+        );
+        let err = Catalog::from_csv(
+            "test",
+            "name,vcpus\n",
+            "region,sku,price_on_demand_usd_per_hour\n",
+        )
+        .expect_err("missing column");
+        assert!(err.to_string().contains("memory_gib"));
+    }
+
+    #[test]
+    fn sizes_the_provisioner_would_refuse_are_not_offered() {
+        let skus = "name,vcpus,memory_gib,arch,in_known_skus,aks_restricted\n\
+                    Standard_B1s,1,1,amd64,true,true\n\
+                    Standard_DC4as_v5,4,16,amd64,true,false\n\
+                    Standard_E64-16as_v6,64,512,amd64,true,false\n\
+                    Standard_D4s_v5,4,16,amd64,true,false\n\
+                    Standard_D8s_v5,8,32,amd64,false,false\n\
+                    Standard_D16s_v5,,,,true,false\n";
+        let prices = "region,sku,price_on_demand_usd_per_hour\n\
+                      eastus,Standard_B1s,0.01\neastus,Standard_DC4as_v5,0.2\n\
+                      eastus,Standard_E64-16as_v6,4\neastus,Standard_D4s_v5,0.192\n\
+                      eastus,Standard_D8s_v5,0.384\neastus,Standard_D16s_v5,0.768\n";
+        let catalog = Catalog::from_csv("test", skus, prices).expect("parses");
+        let names: Vec<String> = catalog
+            .instance_types(&CatalogOptions::for_region("eastus"))
+            .expect("priced")
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, vec!["Standard_D4s_v5".to_string()]);
+    }
+}

@@ -1,0 +1,176 @@
+//! The command line. Each subcommand parses its settings (every flag has an environment
+//! twin and a documented default), destructures them once, and calls into the library.
+
+pub mod catalog;
+pub mod crds;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::catalog::{Catalog, CatalogError, CatalogOptions, DEFAULT_SPOT_DISCOUNT};
+use crate::model::{NodeSettings, OverheadModel, RequirementError};
+
+/// Tailor: right-sizes pod requests from Prometheus history and buys the cheapest Azure
+/// nodes that fit them.
+#[derive(Debug, Parser)]
+#[command(name = "tailor", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter in RUST_LOG syntax (e.g. `info,tailor=debug`).
+    #[arg(long, env = "RUST_LOG", default_value = "warn", global = true)]
+    pub log: String,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print Tailor's CustomResourceDefinitions as YAML, or write one file per CRD.
+    Crds(crds::CrdsArgs),
+    /// List the VM sizes Tailor can buy in a region: allocatable after AKS overhead and
+    /// price per offering.
+    Catalog(catalog::CatalogArgs),
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Loading or using the catalog failed.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// A `--requirement` is malformed.
+    #[error("--requirement: {0}")]
+    Requirement(#[from] RequirementError),
+    /// Writing output failed.
+    #[error("writing output: {0}")]
+    Io(#[from] std::io::Error),
+    /// Writing a file failed.
+    #[error("writing {path}: {source}")]
+    WriteFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Encoding output failed.
+    #[error("encoding output: {0}")]
+    Encode(String),
+    /// A flag value is out of range.
+    #[error("{flag}: {reason}")]
+    InvalidFlag {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Result alias for commands.
+pub type Result<T> = std::result::Result<T, CliError>;
+
+/// Runs a parsed command, writing its output to `out`.
+pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
+    match command {
+        Command::Crds(args) => crds::run(args, out),
+        Command::Catalog(args) => catalog::run(args, out),
+    }
+}
+
+/// The kube-reserved memory formula, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OverheadModelArg {
+    /// Brackets on VM memory plus a 750Mi eviction threshold (AKS before 1.29).
+    Brackets,
+    /// min(20Mi x maxPods + 50Mi, 25%) plus 100Mi (AKS 1.29 and later).
+    MaxPods,
+}
+
+impl From<OverheadModelArg> for OverheadModel {
+    fn from(a: OverheadModelArg) -> Self {
+        match a {
+            OverheadModelArg::Brackets => OverheadModel::Brackets,
+            OverheadModelArg::MaxPods => OverheadModel::MaxPods,
+        }
+    }
+}
+
+/// Where instance types and prices come from; shared by every command that prices nodes.
+#[derive(Debug, Clone, Args)]
+pub struct CatalogSourceArgs {
+    /// Directory holding `skus.csv` and `prices.csv` (the full Azure catalog). Without
+    /// it, the built-in catalog of common D/E/F sizes is used.
+    #[arg(long, env = "TAILOR_CATALOG_DIR")]
+    pub catalog_dir: Option<PathBuf>,
+
+    /// Azure region whose prices to use.
+    #[arg(long, env = "TAILOR_REGION", default_value = "eastus")]
+    pub region: String,
+
+    /// Zones to offer, comma-separated (default: `<region>-1,<region>-2,<region>-3`).
+    #[arg(long, env = "TAILOR_ZONES", value_delimiter = ',')]
+    pub zones: Vec<String>,
+
+    /// Fraction off the on-demand price used to estimate spot prices (spot prices are
+    /// not published in the catalog; every spot price shown is this estimate).
+    #[arg(long, env = "TAILOR_SPOT_DISCOUNT", default_value_t = DEFAULT_SPOT_DISCOUNT)]
+    pub spot_discount: f64,
+
+    /// Offer on-demand capacity only.
+    #[arg(long, env = "TAILOR_NO_SPOT")]
+    pub no_spot: bool,
+
+    /// kube-reserved memory formula.
+    #[arg(
+        long,
+        env = "TAILOR_OVERHEAD_MODEL",
+        value_enum,
+        default_value = "brackets"
+    )]
+    pub overhead_model: OverheadModelArg,
+
+    /// Pods per node (Azure CNI overlay: 250; node-subnet CNI: 30; kubenet: 110).
+    #[arg(long, env = "TAILOR_MAX_PODS", default_value_t = 250)]
+    pub max_pods: u32,
+}
+
+impl CatalogSourceArgs {
+    /// Loads the catalog and the options for turning it into instance types.
+    pub fn load(self) -> Result<(Catalog, CatalogOptions)> {
+        let CatalogSourceArgs {
+            catalog_dir,
+            region,
+            zones,
+            spot_discount,
+            no_spot,
+            overhead_model,
+            max_pods,
+        } = self;
+        if !(10..=250).contains(&max_pods) {
+            return Err(CliError::InvalidFlag {
+                flag: "--max-pods",
+                reason: format!("{max_pods} is outside 10..=250"),
+            });
+        }
+        let catalog = match &catalog_dir {
+            Some(dir) => Catalog::load_dir(dir)?,
+            None => Catalog::builtin()?,
+        };
+        let options = CatalogOptions {
+            region,
+            zones,
+            spot_discount,
+            include_spot: !no_spot,
+            node: NodeSettings {
+                overhead_model: overhead_model.into(),
+                max_pods,
+                ..NodeSettings::default()
+            },
+        };
+        Ok((catalog, options))
+    }
+}

@@ -1,0 +1,179 @@
+//! What a pod asks of a node, computed the way kube-scheduler does.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::resources::{ResourceError, Resources};
+
+/// A resource list that failed to parse, with the field path that holds it
+/// (`spec.containers[1].resources.requests`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {source}")]
+pub struct FieldError {
+    /// Dotted path to the offending field.
+    pub field: String,
+    /// What is wrong with it.
+    #[source]
+    pub source: ResourceError,
+}
+
+/// Parses a Kubernetes `name → Quantity` map, naming `field` on error.
+pub fn parse_quantities(
+    map: Option<&BTreeMap<String, Quantity>>,
+    field: &str,
+) -> Result<Resources, FieldError> {
+    match map {
+        None => Ok(Resources::zero()),
+        Some(m) => {
+            Resources::parse(m.iter().map(|(k, v)| (k.as_str(), v.0.as_str()))).map_err(|source| {
+                FieldError {
+                    field: field.to_string(),
+                    source,
+                }
+            })
+        }
+    }
+}
+
+fn container_requests(c: &Container, path: &str) -> Result<Resources, FieldError> {
+    let resources: Option<&ResourceRequirements> = c.resources.as_ref();
+    let requests = parse_quantities(
+        resources.and_then(|r| r.requests.as_ref()),
+        &format!("{path}.resources.requests"),
+    )?;
+    let limits = parse_quantities(
+        resources.and_then(|r| r.limits.as_ref()),
+        &format!("{path}.resources.limits"),
+    )?;
+    // As the API server defaults it: a limit without a request makes the request equal
+    // to the limit.
+    let mut effective = requests.clone();
+    for d in limits.dimensions() {
+        if requests.get(&d) == 0 {
+            effective.set(&d, limits.get(&d));
+        }
+    }
+    Ok(effective)
+}
+
+fn add(a: &Resources, b: &Resources, field: &str) -> Result<Resources, FieldError> {
+    a.checked_add(b).map_err(|source| FieldError {
+        field: field.to_string(),
+        source,
+    })
+}
+
+/// The resources a pod needs on a node: the larger of its app containers' sum (plus
+/// native sidecars) and each init container's need while it runs (plus the sidecars
+/// started before it), plus the pod overhead and one pod slot. This mirrors
+/// kube-scheduler's `computePodResourceRequest` with sidecar containers enabled.
+pub fn pod_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
+    let mut sidecars = Resources::zero();
+    let mut init_peak = Resources::zero();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let path = format!("spec.initContainers[{i}]");
+        let req = container_requests(c, &path)?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            // A native sidecar keeps running alongside later init containers and the app.
+            sidecars = add(&sidecars, &req, &path)?;
+            init_peak = init_peak.max(&sidecars);
+        } else {
+            init_peak = init_peak.max(&add(&req, &sidecars, &path)?);
+        }
+    }
+    let mut app = Resources::zero();
+    for (i, c) in spec.containers.iter().enumerate() {
+        let path = format!("spec.containers[{i}]");
+        app = add(&app, &container_requests(c, &path)?, &path)?;
+    }
+    let running = add(&app, &sidecars, "spec.initContainers")?;
+    let mut total = running.max(&init_peak);
+    let overhead = parse_quantities(spec.overhead.as_ref(), "spec.overhead")?;
+    total = add(&total, &overhead, "spec.overhead")?;
+    total.pods = 1;
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(name: &str, cpu: &str, memory: &str) -> Container {
+        Container {
+            name: name.into(),
+            resources: Some(ResourceRequirements {
+                requests: Some(
+                    [("cpu", cpu), ("memory", memory)]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn app_containers_add_and_init_containers_take_the_max() {
+        let spec = PodSpec {
+            containers: vec![
+                container("a", "200m", "256Mi"),
+                container("b", "300m", "256Mi"),
+            ],
+            init_containers: Some(vec![container("init", "1", "64Mi")]),
+            ..Default::default()
+        };
+        let r = pod_requests(&spec).expect("valid pod");
+        assert_eq!((r.cpu, r.memory, r.pods), (1000, 512 << 20, 1));
+    }
+
+    #[test]
+    fn native_sidecars_add_to_the_running_pod() {
+        let mut sidecar = container("proxy", "100m", "128Mi");
+        sidecar.restart_policy = Some("Always".into());
+        let spec = PodSpec {
+            containers: vec![container("app", "500m", "512Mi")],
+            init_containers: Some(vec![sidecar, container("migrate", "1", "128Mi")]),
+            ..Default::default()
+        };
+        let r = pod_requests(&spec).expect("valid pod");
+        // Init peak: migrate (1 core) + proxy (100m); running: app + proxy = 600m.
+        assert_eq!(r.cpu, 1100);
+        assert_eq!(r.memory, 640 << 20);
+    }
+
+    #[test]
+    fn limits_without_requests_become_requests_and_overhead_is_added() {
+        let mut c = container("a", "100m", "64Mi");
+        let res = c.resources.as_mut().expect("set above");
+        res.requests = None;
+        res.limits = Some(BTreeMap::from([("cpu".to_string(), Quantity("2".into()))]));
+        let spec = PodSpec {
+            containers: vec![c],
+            overhead: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity("100Mi".into()),
+            )])),
+            ..Default::default()
+        };
+        let r = pod_requests(&spec).expect("valid pod");
+        assert_eq!((r.cpu, r.memory), (2000, 100 << 20));
+    }
+
+    #[test]
+    fn a_bad_quantity_names_the_container_field() {
+        let spec = PodSpec {
+            containers: vec![
+                container("a", "100m", "64Mi"),
+                container("b", "lots", "1Gi"),
+            ],
+            ..Default::default()
+        };
+        let err = pod_requests(&spec).expect_err("bad cpu");
+        assert_eq!(err.field, "spec.containers[1].resources.requests");
+        assert!(err.to_string().contains("\"lots\""));
+    }
+}

@@ -1,0 +1,9 @@
+//! Cluster state as decisions see it: a consistent snapshot of the objects that matter
+//! for scheduling, right-sizing and disruption.
+//!
+//! A [`Snapshot`] can come from YAML files (what `kubectl get -o yaml` writes, or a
+//! hand-written scenario) and, in a cluster, from reflector stores.
+
+pub mod snapshot;
+
+pub use snapshot::{Snapshot, SnapshotError};

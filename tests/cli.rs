@@ -1,0 +1,207 @@
+//! The `tailor` binary end to end: what a user types and what they get.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn tailor(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("tailor runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn shared_data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/azure")
+}
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+fn quantity(v: &serde_json::Value) -> &str {
+    v.as_str().expect("quantities are strings")
+}
+
+#[test]
+fn catalog_json_lists_d2s_v5_allocatable_as_the_aks_formula_gives_by_hand() {
+    let (ok, stdout, stderr) = tailor(&["catalog", "--region", "eastus", "-o", "json"]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    let d2 = report["instanceTypes"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|t| t["name"] == "Standard_D2s_v5")
+        .expect("D2s_v5 is in the built-in catalog");
+    assert_eq!(d2["vcpus"], 2);
+    assert_eq!(d2["memoryGiB"], 8.0);
+    // By hand: capacity memory = 8 GiB less 7.5% (rounded up to the byte); kube-reserved
+    // memory = 25% of 4 GiB + 20% of 4 GiB = 1.8 GiB = 1843 MiB (truncated); eviction
+    // threshold 750 MiB. kube-reserved CPU = 60m + 40m.
+    let capacity_memory = 8 * GIB - (8.0 * GIB as f64 * 0.075).ceil() as i64;
+    let allocatable_memory = capacity_memory - 1843 * MIB - 750 * MIB;
+    assert_eq!(quantity(&d2["allocatable"]["cpu"]), "1900m");
+    assert_eq!(
+        quantity(&d2["allocatable"]["memory"]),
+        allocatable_memory.to_string()
+    );
+    assert_eq!(quantity(&d2["allocatable"]["pods"]), "250");
+    assert_eq!(quantity(&d2["overhead"]["memory"]), "2593Mi");
+    let offerings = d2["offerings"].as_array().expect("offerings");
+    assert_eq!(offerings.len(), 6, "3 zones x on-demand and spot");
+    let on_demand = offerings
+        .iter()
+        .find(|o| o["capacityType"] == "on-demand")
+        .expect("on-demand offered");
+    assert_eq!(on_demand["pricePerHour"], 0.096);
+    assert_eq!(on_demand["priceIsEstimate"], false);
+    assert!(
+        offerings
+            .iter()
+            .filter(|o| o["capacityType"] == "spot")
+            .all(|o| o["priceIsEstimate"] == true)
+    );
+    assert_eq!(report["spotPricesAreEstimates"], true);
+}
+
+#[test]
+fn catalog_requirements_filter_sizes_and_offerings() {
+    let (ok, stdout, stderr) = tailor(&[
+        "catalog",
+        "--region",
+        "westeurope",
+        "--requirement",
+        "kubernetes.io/arch In arm64",
+        "-r",
+        "karpenter.sh/capacity-type In on-demand",
+        "-r",
+        "topology.kubernetes.io/zone In westeurope-2",
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    let types = report["instanceTypes"].as_array().expect("a list");
+    assert!(types.len() >= 10, "{} arm64 sizes", types.len());
+    for t in types {
+        assert_eq!(t["arch"], "arm64", "{}", t["name"]);
+        let offerings = t["offerings"].as_array().expect("offerings");
+        assert_eq!(offerings.len(), 1, "{}", t["name"]);
+        assert_eq!(offerings[0]["zone"], "westeurope-2");
+        assert_eq!(offerings[0]["capacityType"], "on-demand");
+    }
+}
+
+#[test]
+fn catalog_table_is_readable_and_marks_spot_prices_as_estimates() {
+    let (ok, stdout, stderr) = tailor(&[
+        "catalog",
+        "-r",
+        "tailor.sh/sku-cpu Lte 4",
+        "-r",
+        "tailor.sh/sku-family In D",
+    ]);
+    assert!(ok, "{stderr}");
+    let header = stdout.lines().next().expect("a header");
+    for column in [
+        "NAME",
+        "ALLOC CPU",
+        "ALLOC MEMORY",
+        "ON-DEMAND $/H",
+        "SPOT $/H (EST.)",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    let d2 = stdout
+        .lines()
+        .find(|l| l.starts_with("Standard_D2s_v5 "))
+        .expect("D2s_v5 row");
+    assert!(
+        d2.contains("1.9") && d2.contains("4.87Gi") && d2.contains("0.0960"),
+        "{d2}"
+    );
+    assert!(
+        !stdout.contains("Standard_D8s_v5"),
+        "8 vCPU sizes are filtered out"
+    );
+    assert!(stdout.contains("spot prices are estimates"));
+}
+
+#[test]
+fn catalog_reads_the_full_csv_catalog_from_a_directory() {
+    let dir = shared_data();
+    let dir = dir.to_str().expect("utf-8 path");
+    let (ok, stdout, stderr) = tailor(&[
+        "catalog",
+        "--catalog-dir",
+        dir,
+        "--region",
+        "eastus",
+        "--no-spot",
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    let types = report["instanceTypes"].as_array().expect("a list");
+    assert!(
+        types.len() > 400,
+        "full eastus catalog has {} sizes",
+        types.len()
+    );
+    assert!(types.iter().all(|t| {
+        t["offerings"]
+            .as_array()
+            .is_some_and(|o| o.iter().all(|o| o["capacityType"] == "on-demand"))
+    }));
+}
+
+#[test]
+fn bad_flags_fail_with_a_message_naming_the_value() {
+    let (ok, _, stderr) = tailor(&["catalog", "--region", "marsnorth"]);
+    assert!(!ok);
+    assert!(stderr.contains("\"marsnorth\""), "{stderr}");
+    let (ok, _, stderr) = tailor(&["catalog", "-r", "kubernetes.io/arch Like arm64"]);
+    assert!(!ok);
+    assert!(stderr.contains("\"Like\""), "{stderr}");
+    let (ok, _, stderr) = tailor(&["catalog", "--spot-discount", "1.5"]);
+    assert!(!ok);
+    assert!(stderr.contains("1.5"), "{stderr}");
+}
+
+#[test]
+fn committed_crd_yaml_matches_what_tailor_crds_generates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().to_str().expect("utf-8 path");
+    let (ok, _, stderr) = tailor(&["crds", "--output-dir", out]);
+    assert!(ok, "{stderr}");
+    let committed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+    let mut generated: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("generated")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    generated.sort();
+    let mut on_disk: Vec<_> = std::fs::read_dir(&committed)
+        .expect("deploy/crds exists")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    on_disk.sort();
+    assert_eq!(
+        generated, on_disk,
+        "run `cargo run -- crds --output-dir deploy/crds`"
+    );
+    for name in generated {
+        let fresh = std::fs::read_to_string(dir.path().join(&name)).expect("read");
+        let old = std::fs::read_to_string(committed.join(&name)).expect("read");
+        assert!(
+            fresh == old,
+            "deploy/crds/{} is stale: run `cargo run -- crds --output-dir deploy/crds`",
+            name.to_string_lossy()
+        );
+    }
+}
