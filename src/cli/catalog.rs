@@ -197,8 +197,8 @@ pub fn table(report: &CatalogReport) -> String {
             .map_or_else(|_| alloc("cpu"), display_cores);
         let mem = crate::model::quantity::parse_value(&alloc("memory"))
             .map_or_else(|_| alloc("memory"), display_bytes);
-        let mut zones: Vec<&str> = e.offerings.iter().map(|o| o.zone.as_str()).collect();
-        zones.dedup();
+        let zones: std::collections::BTreeSet<&str> =
+            e.offerings.iter().map(|o| o.zone.as_str()).collect();
         t.row([
             e.name.clone(),
             e.arch.clone(),
@@ -209,7 +209,7 @@ pub fn table(report: &CatalogReport) -> String {
             alloc("pods"),
             price_of(e, CapacityType::OnDemand),
             price_of(e, CapacityType::Spot),
-            zones.join(","),
+            zones.into_iter().collect::<Vec<_>>().join(","),
         ]);
     }
     let mut out = t.render();

@@ -5,9 +5,21 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::requirements::{NodeRequirements, RequirementError, Requirements};
 use super::resources::{ResourceError, Resources};
 
-/// A resource list that failed to parse, with the field path that holds it
+/// What is wrong with a pod field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    /// A resource list does not parse.
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+    /// A node selector or affinity expression is invalid.
+    #[error(transparent)]
+    Requirement(#[from] RequirementError),
+}
+
+/// A pod field that failed to parse, with its path
 /// (`spec.containers[1].resources.requests`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {source}")]
@@ -16,7 +28,16 @@ pub struct FieldError {
     pub field: String,
     /// What is wrong with it.
     #[source]
-    pub source: ResourceError,
+    pub source: FieldProblem,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, source: impl Into<FieldProblem>) -> Self {
+        FieldError {
+            field: field.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// Parses a Kubernetes `name → Quantity` map, naming `field` on error.
@@ -26,14 +47,8 @@ pub fn parse_quantities(
 ) -> Result<Resources, FieldError> {
     match map {
         None => Ok(Resources::zero()),
-        Some(m) => {
-            Resources::parse(m.iter().map(|(k, v)| (k.as_str(), v.0.as_str()))).map_err(|source| {
-                FieldError {
-                    field: field.to_string(),
-                    source,
-                }
-            })
-        }
+        Some(m) => Resources::parse(m.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
+            .map_err(|source| FieldError::new(field, source)),
     }
 }
 
@@ -59,10 +74,8 @@ fn container_requests(c: &Container, path: &str) -> Result<Resources, FieldError
 }
 
 fn add(a: &Resources, b: &Resources, field: &str) -> Result<Resources, FieldError> {
-    a.checked_add(b).map_err(|source| FieldError {
-        field: field.to_string(),
-        source,
-    })
+    a.checked_add(b)
+        .map_err(|source| FieldError::new(field, source))
 }
 
 /// The resources a pod needs on a node: the larger of its app containers' sum (plus
@@ -94,6 +107,71 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
     total = add(&total, &overhead, "spec.overhead")?;
     total.pods = 1;
     Ok(total)
+}
+
+/// Where a pod may run: its node selector ANDed with one of its required node-affinity
+/// terms.
+pub fn node_requirements(spec: &PodSpec) -> Result<NodeRequirements, FieldError> {
+    let selector = spec
+        .node_selector
+        .as_ref()
+        .map(Requirements::from_node_selector)
+        .unwrap_or_default();
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let mut terms = Vec::new();
+    for (i, term) in required
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let field = format!(
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+        );
+        terms.push(
+            Requirements::from_node_selector_term(term).map_err(|e| FieldError::new(field, e))?,
+        );
+    }
+    Ok(NodeRequirements::new(selector, terms))
+}
+
+/// The pod's preferred node-affinity terms with their weights (1-100), heaviest first,
+/// for the scheduler to honour while it can and relax one at a time when it cannot.
+pub fn preferred_node_terms(spec: &PodSpec) -> Result<Vec<(i32, Requirements)>, FieldError> {
+    let preferred = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let mut out = Vec::new();
+    for (i, p) in preferred
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let field = format!(
+            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
+        );
+        out.push((
+            p.weight,
+            Requirements::from_node_selector_term(&p.preference)
+                .map_err(|e| FieldError::new(field, e))?,
+        ));
+    }
+    // Stable: equal weights keep their written order.
+    out.sort_by_key(|p| std::cmp::Reverse(p.0));
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -161,6 +239,46 @@ mod tests {
         };
         let r = pod_requests(&spec).expect("valid pod");
         assert_eq!((r.cpu, r.memory), (2000, 100 << 20));
+    }
+
+    #[test]
+    fn node_selector_and_required_affinity_terms_combine() {
+        let yaml = "nodeSelector: {kubernetes.io/os: linux}\n\
+                    affinity:\n  nodeAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      \
+                    nodeSelectorTerms:\n      - matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]\n      \
+                    - matchExpressions: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]\n    \
+                    preferredDuringSchedulingIgnoredDuringExecution:\n    \
+                    - {weight: 10, preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [eastus-1]}]}}\n    \
+                    - {weight: 50, preference: {matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [E]}]}}\n\
+                    containers: []\n";
+        let spec: PodSpec = serde_yaml::from_str(yaml).expect("valid spec");
+        let reqs = node_requirements(&spec).expect("valid");
+        assert_eq!(reqs.alternatives().len(), 2);
+        assert!(
+            reqs.alternatives()
+                .iter()
+                .all(|a| a.get("kubernetes.io/os").is_some())
+        );
+        assert!(
+            reqs.alternatives()[1]
+                .get("tailor.sh/capacity-type")
+                .is_some()
+        );
+        let preferred = preferred_node_terms(&spec).expect("valid");
+        assert_eq!(
+            preferred.iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![50, 10]
+        );
+    }
+
+    #[test]
+    fn an_invalid_affinity_operator_names_the_term() {
+        let yaml = "affinity:\n  nodeAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      \
+                    nodeSelectorTerms:\n      - matchExpressions: [{key: a, operator: Near, values: [b]}]\ncontainers: []\n";
+        let spec: PodSpec = serde_yaml::from_str(yaml).expect("valid spec");
+        let err = node_requirements(&spec).expect_err("bad operator");
+        assert!(err.field.ends_with("nodeSelectorTerms[0]"), "{}", err.field);
+        assert!(err.to_string().contains("\"Near\""));
     }
 
     #[test]

@@ -12,7 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::apis::labels::canonical_key;
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
+
+use crate::apis::labels::{self, canonical_key};
+use crate::apis::{NodeRequirement, RequirementOperator};
 
 /// A requirement operator, as written in Kubernetes and Karpenter objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,6 +39,20 @@ pub enum Operator {
 }
 
 impl Operator {
+    /// The operator's name as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operator::In => "In",
+            Operator::NotIn => "NotIn",
+            Operator::Exists => "Exists",
+            Operator::DoesNotExist => "DoesNotExist",
+            Operator::Gt => "Gt",
+            Operator::Lt => "Lt",
+            Operator::Gte => "Gte",
+            Operator::Lte => "Lte",
+        }
+    }
+
     /// Parses an operator name as it appears in YAML.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
@@ -49,6 +66,21 @@ impl Operator {
             "Lte" => Operator::Lte,
             _ => return None,
         })
+    }
+}
+
+impl From<RequirementOperator> for Operator {
+    fn from(op: RequirementOperator) -> Self {
+        match op {
+            RequirementOperator::In => Operator::In,
+            RequirementOperator::NotIn => Operator::NotIn,
+            RequirementOperator::Exists => Operator::Exists,
+            RequirementOperator::DoesNotExist => Operator::DoesNotExist,
+            RequirementOperator::Gt => Operator::Gt,
+            RequirementOperator::Lt => Operator::Lt,
+            RequirementOperator::Gte => Operator::Gte,
+            RequirementOperator::Lte => Operator::Lte,
+        }
     }
 }
 
@@ -118,18 +150,30 @@ pub struct Requirement {
 }
 
 impl Requirement {
-    /// Builds a requirement from an operator and its values, validating arity and integer
-    /// operands. The key is canonicalised (Karpenter aliases map to `tailor.sh/*`).
+    /// Builds a requirement from an operator name (as written in YAML) and its values,
+    /// validating arity and integer operands. The key is canonicalised (Karpenter aliases
+    /// map to `tailor.sh/*`).
     pub fn new<S: AsRef<str>>(
         key: &str,
         operator: &str,
         values: &[S],
     ) -> Result<Self, RequirementError> {
-        let key = canonical_key(key).to_string();
         let op = Operator::parse(operator).ok_or_else(|| RequirementError::UnknownOperator {
-            key: key.clone(),
+            key: canonical_key(key).to_string(),
             operator: operator.to_string(),
         })?;
+        Self::from_operator(key, op, values)
+    }
+
+    /// Builds a requirement from a typed operator and its values, validating arity and
+    /// integer operands.
+    pub fn from_operator<S: AsRef<str>>(
+        key: &str,
+        op: Operator,
+        values: &[S],
+    ) -> Result<Self, RequirementError> {
+        let key = canonical_key(key).to_string();
+        let operator = op.as_str();
         let set: BTreeSet<String> = values.iter().map(|v| v.as_ref().to_string()).collect();
         let count = |expects: &'static str| RequirementError::ValueCount {
             key: key.clone(),
@@ -465,6 +509,46 @@ impl Requirements {
         out
     }
 
+    /// Requirements from a NodePool's or NodeClaim's requirement list, keeping `minValues`.
+    pub fn from_node_requirements(list: &[NodeRequirement]) -> Result<Self, RequirementError> {
+        let mut out = Self::new();
+        for r in list {
+            let min_values = r.min_values.and_then(|m| u32::try_from(m).ok());
+            out.add(
+                Requirement::from_operator(&r.key, r.operator.into(), &r.values)?
+                    .with_min_values(min_values),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Requirements from one node-selector term of a pod's node affinity (its
+    /// `matchExpressions`; `matchFields` on `metadata.name` constrain the node's name, which
+    /// on AKS equals its hostname label).
+    pub fn from_node_selector_term(term: &NodeSelectorTerm) -> Result<Self, RequirementError> {
+        let mut out = Self::new();
+        for e in term.match_expressions.iter().flatten() {
+            out.add(Requirement::new(
+                &e.key,
+                &e.operator,
+                e.values.as_deref().unwrap_or_default(),
+            )?);
+        }
+        for f in term.match_fields.iter().flatten() {
+            let key = if f.key == "metadata.name" {
+                labels::HOSTNAME
+            } else {
+                f.key.as_str()
+            };
+            out.add(Requirement::new(
+                key,
+                &f.operator,
+                f.values.as_deref().unwrap_or_default(),
+            )?);
+        }
+        Ok(out)
+    }
+
     /// Requirements that pin every label of a concrete node to its value; keys the node
     /// lacks are left out (use [`Requirements::compatible`], which treats them as absent).
     pub fn from_labels<'a, I>(labels: I) -> Self
@@ -643,6 +727,7 @@ fn first_success<I: Iterator<Item = Result<(), Conflict>>>(mut results: I) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn req(key: &str, op: &str, values: &[&str]) -> Requirement {
         Requirement::new(key, op, values).expect("valid test requirement")
@@ -717,7 +802,6 @@ mod tests {
 
     #[test]
     fn intersection_table_covers_every_pair_of_shapes() {
-        // (a, b, admits absent, admits "a", admits "b", admits "7", empty)
         let cases: &[IntersectionCase] = &[
             (
                 ("In", &["a", "b"]),
@@ -840,6 +924,71 @@ mod tests {
                 assert_eq!(r.is_empty(), *empty, "{what} empty");
             }
         }
+    }
+
+    fn arb_requirement() -> impl Strategy<Value = Requirement> {
+        let value = prop::sample::select(vec!["a", "b", "c", "1", "5", "7", "9"]);
+        let values = prop::collection::vec(value, 1..4);
+        let number = prop::sample::select(vec!["1", "5", "7"]);
+        prop_oneof![
+            values.clone().prop_map(|v| req("k", "In", &v)),
+            values.prop_map(|v| req("k", "NotIn", &v)),
+            Just(req("k", "Exists", &[])),
+            Just(req("k", "DoesNotExist", &[])),
+            (prop::sample::select(vec!["Gt", "Lt", "Gte", "Lte"]), number).prop_map(|(op, n)| req(
+                "k",
+                op,
+                &[n]
+            )),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn intersection_admits_exactly_what_both_sides_admit(
+            a in arb_requirement(),
+            b in arb_requirement(),
+            state in prop::option::of(prop::sample::select(vec!["a", "b", "c", "d", "1", "5", "6", "7", "9"])),
+        ) {
+            let both = a.intersect(&b);
+            prop_assert_eq!(both.matches(state), a.matches(state) && b.matches(state));
+            prop_assert_eq!(both.intersects(&a), !both.is_empty());
+        }
+    }
+
+    #[test]
+    fn nodepool_requirements_keep_min_values_and_fold_aliases() {
+        let yaml = "- {key: karpenter.azure.com/sku-family, operator: In, values: [D, E, F], minValues: 2}\n\
+                    - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n\
+                    - {key: tailor.sh/sku-cpu, operator: Lte, values: ['16']}\n";
+        let list: Vec<NodeRequirement> = serde_yaml::from_str(yaml).expect("valid requirements");
+        let set = Requirements::from_node_requirements(&list).expect("valid");
+        assert_eq!(
+            set.get("tailor.sh/sku-family").and_then(|r| r.min_values()),
+            Some(2)
+        );
+        assert!(
+            set.get("tailor.sh/sku-cpu")
+                .is_some_and(|r| r.matches(Some("16")) && !r.matches(Some("32")))
+        );
+        assert_eq!(
+            set.single_valued_labels()["tailor.sh/capacity-type"],
+            "on-demand"
+        );
+    }
+
+    #[test]
+    fn node_selector_terms_read_expressions_and_the_node_name_field() {
+        let yaml = "matchExpressions:\n- {key: topology.kubernetes.io/zone, operator: In, values: [eastus-1]}\n\
+                    matchFields:\n- {key: metadata.name, operator: NotIn, values: [bad-node]}\n";
+        let term: NodeSelectorTerm = serde_yaml::from_str(yaml).expect("valid term");
+        let set = Requirements::from_node_selector_term(&term).expect("valid");
+        let node = labels(&[
+            ("topology.kubernetes.io/zone", "eastus-1"),
+            ("kubernetes.io/hostname", "bad-node"),
+        ]);
+        let conflict = set.matches_labels(&node).expect_err("excluded by name");
+        assert_eq!(conflict.key, "kubernetes.io/hostname");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 
 use crate::apis::labels;
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool, Recommendation, RightsizingPolicy};
-use crate::model::pod::{parse_quantities, pod_requests};
+use crate::model::pod::{node_requirements, parse_quantities, pod_requests, preferred_node_terms};
 
 /// Why a snapshot could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -470,6 +470,8 @@ fn check_pod_spec(
         None => Ok(()),
         Some(spec) => pod_requests(spec)
             .map(|_| ())
+            .and_then(|()| node_requirements(spec).map(|_| ()))
+            .and_then(|()| preferred_node_terms(spec).map(|_| ()))
             .map_err(|e| object_error(origin, object, &format!("{prefix}{}", e.field), e.source)),
     }
 }
