@@ -16,6 +16,7 @@ pub mod clock;
 pub mod cloud;
 pub mod model;
 pub mod report;
+pub mod scheduling;
 pub mod server;
 pub mod state;
 pub mod telemetry;

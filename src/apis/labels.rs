@@ -144,6 +144,14 @@ pub fn is_alias(key: &str) -> bool {
     ALIASES.iter().any(|(alias, _)| *alias == key)
 }
 
+/// Whether a label is one an instance type defines (architecture, OS, size, zone, region,
+/// capacity type and the `tailor.sh/sku-*` labels): a node-to-be may leave it undefined
+/// until its instance type is chosen.
+pub fn is_well_known(key: &str) -> bool {
+    let key = canonical_key(key);
+    matches!(key, ARCH | OS | INSTANCE_TYPE | ZONE | REGION | CAPACITY_TYPE) || key.starts_with("tailor.sh/sku-")
+}
+
 /// The extended resource name of NVIDIA GPUs.
 pub const RESOURCE_NVIDIA_GPU: &str = "nvidia.com/gpu";
 

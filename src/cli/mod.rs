@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod crds;
+pub mod simulate;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -34,6 +35,9 @@ pub enum Command {
     /// List the VM sizes Tailor can buy in a region: allocatable after AKS overhead and
     /// price per offering.
     Catalog(catalog::CatalogArgs),
+    /// Plan a cluster snapshot's pending pods: placements on existing nodes, the cheapest
+    /// new nodes that fit the rest, and pods that cannot land with the reason.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// Why a command failed.
@@ -45,6 +49,9 @@ pub enum CliError {
     /// A `--requirement` is malformed.
     #[error("--requirement: {0}")]
     Requirement(#[from] RequirementError),
+    /// The snapshot or the scheduler's input is invalid.
+    #[error("{0}")]
+    Input(String),
     /// Writing output failed.
     #[error("writing output: {0}")]
     Io(#[from] std::io::Error),
@@ -78,6 +85,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
     match command {
         Command::Crds(args) => crds::run(args, out),
         Command::Catalog(args) => catalog::run(args, out),
+        Command::Simulate(args) => simulate::run(args, out),
     }
 }
 

@@ -625,6 +625,27 @@ impl Requirements {
         Ok(())
     }
 
+    /// Like [`Requirements::compatible`], but a key the node side leaves undefined is
+    /// accepted when `undefined_ok(key)` says so. Karpenter allows undefined well-known
+    /// labels on a node-to-be: the instance type chosen later defines them.
+    pub fn compatible_allowing(&self, node: &Requirements, undefined_ok: &dyn Fn(&str) -> bool) -> Result<(), Conflict> {
+        for (key, mine) in &self.by_key {
+            let theirs = match node.by_key.get(key) {
+                Some(t) => t.clone(),
+                None if undefined_ok(key) => continue,
+                None => Requirement::absent(key),
+            };
+            if !mine.intersects(&theirs) {
+                return Err(Conflict {
+                    key: key.clone(),
+                    wanted: mine.to_string(),
+                    offered: theirs.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a concrete node's labels satisfy every requirement (kube-scheduler's
     /// node-selector match). Label keys are canonicalised before matching.
     pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> Result<(), Conflict> {

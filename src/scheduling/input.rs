@@ -1,0 +1,362 @@
+//! What the scheduler decides over: pending pods, existing nodes with their pods, NodePools
+//! with the instance types they may buy, and DaemonSets. Built from a snapshot and a
+//! catalog; pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
+
+use super::pod::{HostPort, PodError, PodInfo};
+use crate::apis::{AKSNodeClass, NodePool, labels};
+use crate::model::pod::{node_requirements, parse_quantities, pod_requests};
+use crate::model::{InstanceType, NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements, Resources};
+use crate::state::Snapshot;
+
+/// Why the scheduler's input could not be built from a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// A pod's constraints do not parse.
+    #[error(transparent)]
+    Pod(#[from] PodError),
+    /// A NodePool is invalid.
+    #[error("nodepool {pool}: {field}: {message}")]
+    NodePool {
+        /// The NodePool.
+        pool: String,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A node's allocatable does not parse.
+    #[error("node {node}: {message}")]
+    Node {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The catalog could not provide instance types.
+    #[error("instance types: {0}")]
+    Catalog(String),
+    /// A DaemonSet's pod template does not parse.
+    #[error("daemonset {daemon_set}: {message}")]
+    DaemonSet {
+        /// `namespace/name`.
+        daemon_set: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A node that exists, with the pods bound to it.
+#[derive(Debug, Clone)]
+pub struct ExistingNode {
+    /// Node name.
+    pub name: String,
+    /// Labels (aliases are matched too).
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable resources.
+    pub allocatable: Resources,
+    /// Pods bound to it.
+    pub pods: Vec<PodInfo>,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+}
+
+/// Upper bounds on what a NodePool may own. Absent keys are unlimited.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Limits {
+    /// Resource limits (cpu in millicores, memory in bytes, ...).
+    pub resources: Resources,
+    /// Which dimensions of `resources` are limited.
+    pub limited: Vec<crate::model::Dimension>,
+    /// Node count limit.
+    pub nodes: Option<i64>,
+}
+
+/// A NodePool as the scheduler uses it.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// Name.
+    pub name: String,
+    /// Higher weights are tried first.
+    pub weight: i32,
+    /// Requirements every node of the pool satisfies (template labels included as
+    /// single-valued requirements).
+    pub requirements: Requirements,
+    /// Template labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints pods must tolerate.
+    pub taints: Vec<Taint>,
+    /// Taints present only while the node starts; pods need not tolerate them.
+    pub startup_taints: Vec<Taint>,
+    /// Instance types the pool may buy (already built with its node class's overhead
+    /// model and maxPods), compatible with its requirements.
+    pub instance_types: Vec<InstanceType>,
+    /// Limits.
+    pub limits: Limits,
+    /// What the pool owns already (existing nodes and in-flight claims): capacity and node
+    /// count.
+    pub in_use: Resources,
+    /// Nodes the pool owns already.
+    pub nodes_in_use: i64,
+}
+
+/// A DaemonSet: its pods run on every node they tolerate and select.
+#[derive(Debug, Clone)]
+pub struct DaemonSetInfo {
+    /// `namespace/name`.
+    pub key: String,
+    /// Requests of one of its pods.
+    pub requests: Resources,
+    /// Where its pods may run.
+    pub node_requirements: NodeRequirements,
+    /// Its pods' tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Host ports its pods bind.
+    pub host_ports: Vec<HostPort>,
+}
+
+/// The scheduler's whole input.
+#[derive(Debug, Clone, Default)]
+pub struct Input {
+    /// Pods to place.
+    pub pending: Vec<PodInfo>,
+    /// Existing nodes.
+    pub nodes: Vec<ExistingNode>,
+    /// NodePools, highest weight first.
+    pub pools: Vec<Pool>,
+    /// DaemonSets.
+    pub daemon_sets: Vec<DaemonSetInfo>,
+}
+
+/// Node settings (overhead model, maxPods, OS disk) for a NodePool's node class.
+pub fn node_settings(class: Option<&AKSNodeClass>) -> NodeSettings {
+    let mut s = NodeSettings::default();
+    if let Some(c) = class {
+        s.overhead_model = match c.spec.overhead_model {
+            crate::apis::OverheadModel::Brackets => OverheadModel::Brackets,
+            crate::apis::OverheadModel::MaxPods => OverheadModel::MaxPods,
+        };
+        if let Some(m) = c.spec.max_pods.and_then(|m| u32::try_from(m).ok()) {
+            s.max_pods = m;
+        }
+        if let Some(d) = c.spec.os_disk_size_gb.and_then(|d| u32::try_from(d).ok()) {
+            s.os_disk_gib = d;
+        }
+    }
+    s
+}
+
+/// Builds a scheduler pool from a NodePool and the instance types of its node class.
+pub fn pool_from(np: &NodePool, instance_types: Vec<InstanceType>) -> Result<Pool, InputError> {
+    let name = np.metadata.name.clone().unwrap_or_default();
+    let fail = |field: &str, message: String| InputError::NodePool {
+        pool: name.clone(),
+        field: field.to_string(),
+        message,
+    };
+    let template = &np.spec.template;
+    let mut requirements = Requirements::from_node_requirements(&template.spec.requirements)
+        .map_err(|e| fail("spec.template.spec.requirements", e.to_string()))?;
+    for (k, v) in &template.metadata.labels {
+        requirements.add(Requirement::one_of(k, [v.clone()]));
+    }
+    requirements.add(Requirement::one_of(labels::NODE_POOL, [name.clone()]));
+    let limits = parse_limits(&np.spec.limits).map_err(|m| fail("spec.limits", m))?;
+    // Only instance types whose labels the pool's requirements admit (keys the instance
+    // type does not define, such as custom template labels, are left to the pool).
+    let instance_types = instance_types
+        .into_iter()
+        .filter(|it| requirements.intersects(&it.requirements).is_ok())
+        .collect();
+    Ok(Pool {
+        name: name.clone(),
+        weight: np.spec.weight.unwrap_or(0),
+        requirements,
+        labels: template.metadata.labels.clone(),
+        taints: template.spec.taints.clone(),
+        startup_taints: template.spec.startup_taints.clone(),
+        instance_types,
+        limits,
+        in_use: Resources::zero(),
+        nodes_in_use: 0,
+    })
+}
+
+fn parse_limits(map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Result<Limits, String> {
+    let mut limits = Limits::default();
+    let mut rest = BTreeMap::new();
+    for (k, v) in map {
+        if k == "nodes" {
+            let n = crate::model::quantity::parse_value(&v.0).map_err(|e| e.to_string())?;
+            limits.nodes = Some(n);
+        } else {
+            rest.insert(k.clone(), v.clone());
+        }
+    }
+    limits.resources = parse_quantities(Some(&rest), "spec.limits").map_err(|e| e.source.to_string())?;
+    limits.limited = rest.keys().map(|k| crate::model::Dimension::from_name(k)).collect();
+    Ok(limits)
+}
+
+fn daemon_set_info(key: String, spec: &PodSpec) -> Result<DaemonSetInfo, InputError> {
+    let pod = Pod {
+        spec: Some(spec.clone()),
+        ..Default::default()
+    };
+    let info = PodInfo::from_pod(&pod).map_err(|e| InputError::DaemonSet {
+        daemon_set: key.clone(),
+        message: format!("{}: {}", e.field, e.message),
+    })?;
+    let requests = pod_requests(spec).map_err(|e| InputError::DaemonSet {
+        daemon_set: key.clone(),
+        message: e.to_string(),
+    })?;
+    let node_requirements = node_requirements(spec).map_err(|e| InputError::DaemonSet {
+        daemon_set: key.clone(),
+        message: e.to_string(),
+    })?;
+    // DaemonSet pods tolerate the node lifecycle taints the DaemonSet controller adds.
+    let mut tolerations = spec.tolerations.clone().unwrap_or_default();
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/unschedulable",
+    ] {
+        tolerations.push(Toleration {
+            key: Some(key.to_string()),
+            operator: Some("Exists".to_string()),
+            ..Default::default()
+        });
+    }
+    Ok(DaemonSetInfo {
+        key,
+        requests,
+        node_requirements,
+        tolerations,
+        host_ports: info.host_ports,
+    })
+}
+
+impl Input {
+    /// Builds the input from a snapshot. `instance_types` gives, for each node settings
+    /// (from the pool's AKSNodeClass), the instance types on sale. A snapshot without
+    /// NodePools gets one `default` pool allowing on-demand linux nodes of every type.
+    pub fn from_snapshot(
+        snapshot: &Snapshot,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+    ) -> Result<Self, InputError> {
+        let mut pods_by_node: BTreeMap<String, Vec<PodInfo>> = BTreeMap::new();
+        let mut pending = Vec::new();
+        for p in &snapshot.pods {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let info = PodInfo::from_pod(p)?;
+            match &info.node_name {
+                Some(n) => pods_by_node.entry(n.clone()).or_default().push(info),
+                None => pending.push(info),
+            }
+        }
+        let mut nodes = Vec::new();
+        for n in &snapshot.nodes {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let allocatable = parse_quantities(
+                n.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+                "status.allocatable",
+            )
+            .map_err(|e| InputError::Node {
+                node: name.clone(),
+                message: e.to_string(),
+            })?;
+            let mut labels = n.metadata.labels.clone().unwrap_or_default();
+            labels.entry(labels::HOSTNAME.to_string()).or_insert_with(|| name.clone());
+            nodes.push(ExistingNode {
+                pods: pods_by_node.remove(&name).unwrap_or_default(),
+                name,
+                labels,
+                taints: n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default(),
+                allocatable,
+                unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+            });
+        }
+        // Pods bound to nodes missing from the snapshot still count for topology: they
+        // are dropped here because their domains are unknown.
+        let classes: BTreeMap<String, &AKSNodeClass> = snapshot
+            .node_classes
+            .iter()
+            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+            .collect();
+        let mut pools = Vec::new();
+        for np in &snapshot.node_pools {
+            let class = classes.get(&np.spec.template.spec.node_class_ref.name).copied();
+            let settings = node_settings(class);
+            let mut pool = pool_from(np, instance_types(&settings).map_err(InputError::Catalog)?)?;
+            for node in &nodes {
+                let owner = node
+                    .labels
+                    .iter()
+                    .find(|(k, _)| labels::canonical_key(k) == labels::NODE_POOL)
+                    .map(|(_, v)| v.as_str());
+                if owner == Some(pool.name.as_str()) {
+                    pool.nodes_in_use += 1;
+                    pool.in_use = pool.in_use.checked_add(&node.allocatable).unwrap_or_else(|_| pool.in_use.clone());
+                }
+            }
+            pools.push(pool);
+        }
+        if pools.is_empty() {
+            pools.push(default_pool(instance_types(&NodeSettings::default()).map_err(InputError::Catalog)?));
+        }
+        pools.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
+        let mut daemon_sets = Vec::new();
+        for ds in &snapshot.daemon_sets {
+            let key = format!(
+                "{}/{}",
+                ds.metadata.namespace.as_deref().unwrap_or("default"),
+                ds.metadata.name.as_deref().unwrap_or("")
+            );
+            if let Some(spec) = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref()) {
+                daemon_sets.push(daemon_set_info(key, spec)?);
+            }
+        }
+        Ok(Input {
+            pending,
+            nodes,
+            pools,
+            daemon_sets,
+        })
+    }
+}
+
+/// The pool used when a snapshot defines none: on-demand linux nodes of any type.
+pub fn default_pool(instance_types: Vec<InstanceType>) -> Pool {
+    let requirements = Requirements::new()
+        .with(Requirement::one_of(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_ON_DEMAND]))
+        .with(Requirement::one_of(labels::OS, [labels::OS_LINUX]))
+        .with(Requirement::one_of(labels::NODE_POOL, ["default"]));
+    let instance_types = instance_types
+        .into_iter()
+        .filter(|it| requirements.intersects(&it.requirements).is_ok())
+        .collect();
+    Pool {
+        name: "default".to_string(),
+        weight: 0,
+        requirements,
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+        instance_types,
+        limits: Limits::default(),
+        in_use: Resources::zero(),
+        nodes_in_use: 0,
+    }
+}

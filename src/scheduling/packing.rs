@@ -1,0 +1,424 @@
+//! Cost-aware packing: choosing instance types for the whole plan rather than node by node.
+//!
+//! Greedy placement grows each new node until nothing more fits its largest instance type,
+//! which buys oversized nodes. After the placement pass, pods with no inter-pod constraint
+//! (no affinity, anti-affinity, spread or host port, and selected by no other pod's
+//! constraint) are lifted off the planned nodes and packed again:
+//!
+//! 1. nodes left with constrained pods shrink to their cheapest fitting type, and their
+//!    free room takes lifted pods at no extra cost;
+//! 2. the rest are packed by cost efficiency: every pod class gets a weight, its cheapest
+//!    cost per pod when packed alone; each step opens the node (type and fill) with the most
+//!    weight per dollar, taking the same node as many times as the remaining pods allow;
+//! 3. every new node finally takes the cheapest type that holds what it got.
+//!
+//! The result replaces the greedy one only if it is valid and cheaper.
+
+use std::collections::BTreeMap;
+
+use super::scheduler::{NodeKind, R, ResV, Scheduler, add, fits};
+use crate::apis::labels;
+use crate::model::{CapacityType, NodeRequirements, Requirement, Requirements};
+
+/// A node shape the packer may buy: what pods can use on it and its price.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BinType {
+    /// Allocatable less DaemonSet overhead.
+    pub alloc: ResV,
+    /// USD per hour.
+    pub price: f64,
+}
+
+/// Identical pods: their requests and how many there are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodClass {
+    /// Requests of one pod.
+    pub req: ResV,
+    /// How many.
+    pub count: usize,
+}
+
+/// One node of a packing: a type and how many pods of each class it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bin {
+    /// Index into the bin types.
+    pub bin_type: usize,
+    /// Pods per class.
+    pub counts: Vec<usize>,
+}
+
+fn max_count(req: &ResV, alloc: &ResV) -> usize {
+    let mut n = usize::MAX;
+    for i in 0..R {
+        if req[i] > 0 {
+            n = n.min(usize::try_from(alloc[i].max(0) / req[i]).unwrap_or(0));
+        }
+    }
+    if n == usize::MAX { 0 } else { n }
+}
+
+/// Fills one node of `alloc` from `rem`, taking classes in `order`, after `lead` pods of
+/// class `lead_class` have been placed.
+fn fill(classes: &[PodClass], rem: &[usize], alloc: &ResV, order: &[usize], lead: Option<(usize, usize)>) -> Vec<usize> {
+    let mut counts = vec![0; classes.len()];
+    let mut free = *alloc;
+    if let Some((c, n)) = lead {
+        counts[c] = n;
+        for i in 0..R {
+            free[i] -= classes[c].req[i] * n as i64;
+        }
+    }
+    for &c in order {
+        if Some(c) == lead.map(|l| l.0) {
+            continue;
+        }
+        let n = max_count(&classes[c].req, &free).min(rem[c]);
+        if n > 0 {
+            counts[c] += n;
+            for i in 0..R {
+                free[i] -= classes[c].req[i] * n as i64;
+            }
+        }
+    }
+    counts
+}
+
+/// The most valuable fill of one node type: greedy by value density, and, for up to four
+/// classes, every count of each class as a lead with the rest filled greedily.
+fn best_fill(classes: &[PodClass], rem: &[usize], weights: &[f64], alloc: &ResV) -> (f64, Vec<usize>) {
+    let density = |c: usize| {
+        let size = (0..R)
+            .filter(|&i| alloc[i] > 0 && classes[c].req[i] > 0)
+            .map(|i| classes[c].req[i] as f64 / alloc[i] as f64)
+            .fold(0.0, f64::max);
+        if size > 0.0 { weights[c] / size } else { 0.0 }
+    };
+    let live: Vec<usize> = (0..classes.len()).filter(|&c| rem[c] > 0).collect();
+    let mut order = live.clone();
+    order.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then(a.cmp(&b)));
+    let value = |counts: &[usize]| counts.iter().zip(weights).map(|(n, w)| *n as f64 * w).sum::<f64>();
+    let mut best = fill(classes, rem, alloc, &order, None);
+    let mut best_value = value(&best);
+    if live.len() <= 4 {
+        for &c in &live {
+            let most = max_count(&classes[c].req, alloc).min(rem[c]);
+            // Bound the enumeration; large counts are covered by the greedy fill.
+            for n in (most.saturating_sub(64)..=most).rev() {
+                let counts = fill(classes, rem, alloc, &order, Some((c, n)));
+                let v = value(&counts);
+                if v > best_value + 1e-12 {
+                    best_value = v;
+                    best = counts;
+                }
+            }
+        }
+    }
+    (best_value, best)
+}
+
+/// Packs every pod of `classes` into nodes of `types`, minimising total price. Returns
+/// `None` when some class fits no type.
+pub fn pack(types: &[BinType], classes: &[PodClass]) -> Option<Vec<Bin>> {
+    // A class's weight is what a pod of it costs when packed alone on its best type.
+    let mut weights = Vec::with_capacity(classes.len());
+    for c in classes {
+        let w = types
+            .iter()
+            .filter_map(|t| {
+                let m = max_count(&c.req, &t.alloc);
+                (m > 0).then(|| t.price / m as f64)
+            })
+            .fold(f64::INFINITY, f64::min);
+        if !w.is_finite() {
+            return None;
+        }
+        weights.push(w);
+    }
+    let mut rem: Vec<usize> = classes.iter().map(|c| c.count).collect();
+    let mut bins = Vec::new();
+    while rem.iter().any(|&r| r > 0) {
+        let mut best: Option<(f64, usize, Vec<usize>)> = None;
+        for (t, ty) in types.iter().enumerate() {
+            let (value, counts) = best_fill(classes, &rem, &weights, &ty.alloc);
+            if value <= 0.0 {
+                continue;
+            }
+            let ratio = value / ty.price.max(1e-9);
+            let better = best.as_ref().is_none_or(|(r, bt, _)| {
+                ratio > *r * (1.0 + 1e-9) || ((ratio - *r).abs() <= *r * 1e-9 && ty.price < types[*bt].price)
+            });
+            if better {
+                best = Some((ratio, t, counts));
+            }
+        }
+        let (_, t, counts) = best?;
+        // Take the same node as often as the remaining pods allow.
+        let repeat = counts
+            .iter()
+            .zip(&rem)
+            .filter(|(n, _)| **n > 0)
+            .map(|(n, r)| r / n)
+            .min()
+            .unwrap_or(1)
+            .max(1);
+        for (r, n) in rem.iter_mut().zip(&counts) {
+            *r -= n * repeat;
+        }
+        for _ in 0..repeat {
+            bins.push(Bin {
+                bin_type: t,
+                counts: counts.clone(),
+            });
+        }
+    }
+    // Each node takes the cheapest type that holds what it got.
+    for bin in &mut bins {
+        let mut need = [0; R];
+        for (c, n) in bin.counts.iter().enumerate() {
+            for i in 0..R {
+                need[i] += classes[c].req[i] * *n as i64;
+            }
+        }
+        if let Some((t, _)) = types
+            .iter()
+            .enumerate()
+            .filter(|(_, ty)| fits(&need, &ty.alloc))
+            .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then(a.0.cmp(&b.0)))
+        {
+            bin.bin_type = t;
+        }
+    }
+    Some(bins)
+}
+
+/// What the packer may move: the pod ids, grouped by NodePool and requirements.
+type Groups = BTreeMap<(usize, String), (NodeRequirements, Vec<usize>)>;
+
+/// Re-packs unconstrained pods of the planned nodes; keeps the greedy result unless the
+/// re-packed plan is valid and cheaper.
+pub(crate) fn repack(s: &mut Scheduler<'_>) {
+    let before_cost = planned_cost(s);
+    let saved = s.checkpoint();
+    if try_repack(s).is_none() || planned_cost(s) >= before_cost - 1e-9 {
+        s.restore(saved);
+    }
+}
+
+fn planned_cost(s: &Scheduler<'_>) -> f64 {
+    (0..s.nodes.len())
+        .filter(|&n| !s.nodes[n].pods.is_empty())
+        .filter_map(|n| s.chosen_type(n).map(|(_, p, _)| p))
+        .sum()
+}
+
+fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
+    let pending = s.input.pending.len();
+    // 1. Lift free pods off planned nodes.
+    let mut groups: Groups = BTreeMap::new();
+    for p in 0..pending {
+        let Some(n) = s.pods[p].node else { continue };
+        let NodeKind::Planned { pool, .. } = s.nodes[n].kind else {
+            continue;
+        };
+        if !s.is_free(p) {
+            continue;
+        }
+        s.unplace(p);
+        let reqs = s.pods[p].info.node_requirements.clone();
+        let key = (pool, format!("{:?}", reqs.alternatives()));
+        groups.entry(key).or_insert_with(|| (reqs, Vec::new())).1.push(p);
+    }
+    // Nodes that kept constrained pods shrink to their cheapest type; empty ones go.
+    for n in 0..s.nodes.len() {
+        if s.nodes[n].is_planned_node() {
+            if s.nodes[n].pods.is_empty() {
+                s.retire(n);
+            } else {
+                s.rebuild_options(n);
+            }
+        }
+    }
+    // 2. Their free room takes lifted pods, largest first, without changing their type.
+    let mut lifted: Vec<usize> = groups.values().flat_map(|(_, ps)| ps.iter().copied()).collect();
+    lifted.sort_by(|&a, &b| {
+        let (ra, rb) = (s.pods[a].req.unwrap_or([0; R]), s.pods[b].req.unwrap_or([0; R]));
+        rb[0].cmp(&ra[0]).then(rb[1].cmp(&ra[1])).then(a.cmp(&b))
+    });
+    let mut placed_in_slack = std::collections::BTreeSet::new();
+    for n in 0..s.nodes.len() {
+        if !s.nodes[n].is_planned_node() || s.nodes[n].pods.is_empty() {
+            continue;
+        }
+        let Some((t, _, _)) = s.chosen_type(n) else { continue };
+        let NodeKind::Planned { pool, .. } = s.nodes[n].kind else {
+            continue;
+        };
+        let alloc = s.pools[pool].types[t].alloc;
+        for &p in &lifted {
+            if placed_in_slack.contains(&p) {
+                continue;
+            }
+            let req = s.pods[p].req.unwrap_or([0; R]);
+            if fits(&add(&s.nodes[n].used, &req), &alloc) && s.free_pod_fits_planned(p, n, t) {
+                s.place(p, n);
+                placed_in_slack.insert(p);
+            }
+        }
+    }
+    // 3. The rest: cost-efficient packing per group, on new nodes.
+    for ((pool, _), (reqs, pods)) in groups {
+        let pods: Vec<usize> = pods.into_iter().filter(|p| !placed_in_slack.contains(p)).collect();
+        if pods.is_empty() {
+            continue;
+        }
+        pack_group(s, pool, &reqs, &pods)?;
+    }
+    // Every lifted pod must have landed.
+    (0..pending)
+        .filter(|&p| !s.unschedulable.iter().any(|(u, _)| *u == p))
+        .all(|p| s.pods[p].node.is_some())
+        .then_some(())
+}
+
+fn pack_group(s: &mut Scheduler<'_>, pi: usize, reqs: &NodeRequirements, pods: &[usize]) -> Option<()> {
+    let input = s.input;
+    let pool = &input.pools[pi];
+    let alt = reqs
+        .alternatives()
+        .iter()
+        .find(|a| a.compatible_allowing(&pool.requirements, &labels::is_well_known).is_ok())?;
+    let base = pool.requirements.intersect(alt);
+    // Bin types: every compatible type at its cheapest admitted offering.
+    let admitted = |o: &crate::model::Offering| {
+        o.available
+            && base.get(labels::ZONE).is_none_or(|r| r.admits_value(&o.zone))
+            && base
+                .get(labels::CAPACITY_TYPE)
+                .is_none_or(|r| r.admits_value(o.capacity_type.as_str()))
+    };
+    let mut shapes: Vec<usize> = Vec::new();
+    let mut types = Vec::new();
+    for (t, ti) in s.pools[pi].types.iter().enumerate() {
+        let it = &pool.instance_types[ti.index];
+        if it.requirements.intersects(&base).is_err() {
+            continue;
+        }
+        let cheapest = it
+            .offerings
+            .iter()
+            .filter(|o| admitted(o))
+            .map(|o| o.price_per_hour)
+            .fold(f64::INFINITY, f64::min);
+        if cheapest.is_finite() {
+            shapes.push(t);
+            types.push(BinType {
+                alloc: ti.alloc,
+                price: cheapest,
+            });
+        }
+    }
+    // Pod classes: identical requests.
+    let mut by_req: BTreeMap<ResV, Vec<usize>> = BTreeMap::new();
+    for &p in pods {
+        by_req.entry(s.pods[p].req?).or_default().push(p);
+    }
+    let classes: Vec<PodClass> = by_req
+        .iter()
+        .map(|(req, ps)| PodClass {
+            req: *req,
+            count: ps.len(),
+        })
+        .collect();
+    let mut members: Vec<Vec<usize>> = by_req.into_values().collect();
+    let bins = pack(&types, &classes)?;
+    for bin in bins {
+        let t = shapes[bin.bin_type];
+        let price = types[bin.bin_type].price;
+        // Among the offerings at that price, the zone with the fewest planned nodes.
+        let it = &pool.instance_types[s.pools[pi].types[t].index];
+        let load = |z: &str| s.pools[pi].planned_per_zone.get(z).copied().unwrap_or(0);
+        let offering = it
+            .offerings
+            .iter()
+            .filter(|o| admitted(o) && o.price_per_hour <= price)
+            .min_by(|a, b| load(&a.zone).cmp(&load(&b.zone)).then_with(|| a.zone.cmp(&b.zone)))?;
+        let (zone, ct) = (offering.zone.clone(), offering.capacity_type);
+        let n = s.new_planned_node(pi, &base, &zone, ct, t)?;
+        for (c, count) in bin.counts.iter().enumerate() {
+            for _ in 0..*count {
+                let p = members[c].pop()?;
+                s.place(p, n);
+            }
+        }
+        s.rebuild_options(n);
+        // The node must have a type that holds its pods, within minValues.
+        s.chosen_type(n)?;
+        let node = &s.nodes[n];
+        s.min_values_ok(pi, &node.options[node.pos..], &node.used).ok()?;
+    }
+    Some(())
+}
+
+impl Scheduler<'_> {
+    /// Whether a placed pending pod may be moved by the packer: no inter-pod constraints
+    /// of its own and not selected by anyone else's.
+    fn is_free(&self, p: usize) -> bool {
+        let pod = &self.pods[p];
+        pod.req.is_some() && !pod.info.has_pod_constraints() && pod.matches.is_empty()
+    }
+
+    fn free_pod_fits_planned(&mut self, p: usize, n: usize, t: usize) -> bool {
+        let NodeKind::Planned { pool, .. } = self.nodes[n].kind else {
+            return false;
+        };
+        let pod = &self.pods[p];
+        if super::taints::untolerated(&self.nodes[n].taints, &pod.info.tolerations, true).is_some() {
+            return false;
+        }
+        let alts = pod.info.node_requirements.alternatives();
+        if alts.iter().all(|a| a.is_empty()) {
+            return true;
+        }
+        let it = &self.input.pools[pool].instance_types[self.pools[pool].types[t].index];
+        let node_reqs = self.nodes[n].requirements.clone();
+        for a in alts {
+            if a.compatible_allowing(&node_reqs, &labels::is_well_known).is_ok() {
+                let narrowed = node_reqs.intersect(a);
+                if it.requirements.intersects(&narrowed).is_ok() {
+                    self.nodes[n].requirements = narrowed;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Adds an empty planned node of a given type, zone and capacity type.
+    fn new_planned_node(
+        &mut self,
+        pi: usize,
+        base: &Requirements,
+        zone: &str,
+        ct: CapacityType,
+        t: usize,
+    ) -> Option<usize> {
+        let capacity = self.pools[pi].types[t].capacity;
+        let state = &mut self.pools[pi];
+        if state.nodes_remaining <= 0 || (0..R).any(|i| state.remaining[i] != i64::MAX && capacity[i] > state.remaining[i]) {
+            return None;
+        }
+        state.counter += 1;
+        state.nodes_remaining -= 1;
+        *state.planned_per_zone.entry(zone.to_string()).or_default() += 1;
+        let pool = &self.input.pools[pi];
+        let name = format!("{}{}-{}", self.options.name_prefix, pool.name, state.counter);
+        let requirements = base
+            .clone()
+            .with(Requirement::one_of(labels::ZONE, [zone.to_string()]))
+            .with(Requirement::one_of(labels::CAPACITY_TYPE, [ct.as_str().to_string()]))
+            .with(Requirement::one_of(labels::HOSTNAME, [name.clone()]))
+            .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
+        let n = self.push_planned(pi, name, zone.to_string(), ct, requirements);
+        Some(n)
+    }
+}

@@ -1,0 +1,1557 @@
+//! The scheduling simulation: places pending pods on existing nodes, on nodes planned in
+//! this pass, or on new nodes from NodePools, with kube-scheduler's constraints.
+//!
+//! The placement pass follows Karpenter's order (largest pods first; existing nodes, then
+//! planned nodes, then a new node from the highest-weight NodePool that works; preferences
+//! treated as requirements and relaxed one at a time only when a pod cannot land). The
+//! packer (see [`super::packing`]) then re-packs pods that carry no inter-pod constraint
+//! onto the cheapest set of instance types.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::Taint;
+
+use super::input::{ExistingNode, Input, Pool};
+use super::pod::{HostPort, Namespaces, PodInfo, PodTerm, Selector, Spread};
+use super::taints;
+use crate::apis::labels;
+use crate::model::quantity::{display_bytes, display_cores};
+use crate::model::{CapacityType, Dimension, NodeRequirements, Requirement, Requirements, Resources};
+
+/// Resource vectors: cpu, memory, ephemeral-storage, pods, then up to four extended
+/// resources, in the order the input first names them.
+pub(crate) const R: usize = 8;
+pub(crate) type ResV = [i64; R];
+const EXT_SLOTS: usize = R - 4;
+
+pub(crate) fn add(a: &ResV, b: &ResV) -> ResV {
+    std::array::from_fn(|i| a[i].saturating_add(b[i]))
+}
+
+pub(crate) fn sub(a: &ResV, b: &ResV) -> ResV {
+    std::array::from_fn(|i| a[i].saturating_sub(b[i]))
+}
+
+pub(crate) fn fits(req: &ResV, cap: &ResV) -> bool {
+    req.iter().zip(cap).all(|(r, c)| r <= c)
+}
+
+fn vmax(a: &ResV, b: &ResV) -> ResV {
+    std::array::from_fn(|i| a[i].max(b[i]))
+}
+
+/// Maps extended resource names to vector slots.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Dims {
+    ext: Vec<String>,
+}
+
+impl Dims {
+    fn learn(&mut self, r: &Resources) {
+        for k in r.extended.keys() {
+            if !self.ext.contains(k) && self.ext.len() < EXT_SLOTS {
+                self.ext.push(k.clone());
+            }
+        }
+    }
+
+    /// The vector for a resource list; `None` when it names an extended resource beyond
+    /// the four slots.
+    pub(crate) fn vec(&self, r: &Resources) -> Option<ResV> {
+        let mut v = [0; R];
+        v[0] = r.cpu;
+        v[1] = r.memory;
+        v[2] = r.ephemeral_storage;
+        v[3] = r.pods;
+        for (k, amount) in &r.extended {
+            let slot = self.ext.iter().position(|e| e == k)?;
+            v[4 + slot] = *amount;
+        }
+        Some(v)
+    }
+
+    fn name(&self, i: usize) -> String {
+        match i {
+            0 => "cpu".into(),
+            1 => "memory".into(),
+            2 => "ephemeral-storage".into(),
+            3 => "pods".into(),
+            _ => self.ext.get(i - 4).cloned().unwrap_or_default(),
+        }
+    }
+
+    fn show(&self, i: usize, v: i64) -> String {
+        match i {
+            0 => display_cores(v),
+            1 | 2 => display_bytes(v),
+            _ => v.to_string(),
+        }
+    }
+}
+
+/// Options for one scheduling pass.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Re-pack pods without inter-pod constraints onto the cheapest instance types
+    /// (Tailor's packer). Off gives Karpenter-style greedy packing.
+    pub cost_aware: bool,
+    /// Prefix for planned node names.
+    pub name_prefix: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cost_aware: true,
+            name_prefix: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Spread {
+        max_skew: i32,
+        min_domains: Option<i32>,
+        honor_node_affinity: bool,
+        honor_taints: bool,
+    },
+    Affinity,
+    Anti,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GroupKey {
+    kind: Kind,
+    key: String,
+    selector: Selector,
+    namespaces: Namespaces,
+}
+
+/// Pods that one constraint counts, per domain of its topology key.
+#[derive(Debug, Clone)]
+pub(crate) struct Group {
+    kind: Kind,
+    key_id: usize,
+    selector: Selector,
+    namespaces: Namespaces,
+    /// Matching pods per domain.
+    counts: Vec<u32>,
+    /// Pods *having* this (required anti-affinity) term, per domain.
+    owners: Vec<u32>,
+    total: u32,
+}
+
+fn bump(v: &mut Vec<u32>, d: u32) {
+    let i = d as usize;
+    if v.len() <= i {
+        v.resize(i + 1, 0);
+    }
+    v[i] += 1;
+}
+
+fn at(v: &[u32], d: u32) -> u32 {
+    v.get(d as usize).copied().unwrap_or(0)
+}
+
+/// One constraint of a pod on a group.
+#[derive(Debug, Clone, Copy)]
+struct Con {
+    group: usize,
+    /// Whether the pod itself matches the group's selector (counts itself).
+    self_match: bool,
+}
+
+/// What can be relaxed, in the order Karpenter relaxes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Soft {
+    Spread(usize),
+    Anti(usize),
+    Affinity(usize),
+    NodeTerm(usize),
+    PreferNoSchedule,
+}
+
+#[derive(Debug)]
+pub(crate) struct PodState {
+    pub(crate) info: PodInfo,
+    pub(crate) req: Option<ResV>,
+    required: Vec<Con>,
+    soft_spread: Vec<Con>,
+    soft_anti: Vec<Con>,
+    soft_affinity: Vec<Con>,
+    /// Groups whose selector matches this pod (counted on placement).
+    pub(crate) matches: Vec<usize>,
+    /// Required anti-affinity groups whose selector matches this pod (symmetry).
+    anti_targets: Vec<usize>,
+    /// Groups this pod owns as a required anti-affinity term.
+    owns_anti: Vec<usize>,
+    /// Placement: node index.
+    pub(crate) node: Option<usize>,
+    trivial_requirements: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct TypeInfo {
+    /// Index into the pool's instance types.
+    pub(crate) index: usize,
+    /// Allocatable less the DaemonSets that would run on it.
+    pub(crate) alloc: ResV,
+    /// Capacity, for limits.
+    pub(crate) capacity: ResV,
+    /// DaemonSet overhead.
+    pub(crate) overhead: ResV,
+    pub(crate) daemon_sets: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct PoolState {
+    pub(crate) types: Vec<TypeInfo>,
+    /// Remaining limit per dimension (`i64::MAX` when unlimited).
+    pub(crate) remaining: ResV,
+    pub(crate) nodes_remaining: i64,
+    pub(crate) zones: Vec<String>,
+    pub(crate) planned_per_zone: BTreeMap<String, usize>,
+    pub(crate) counter: usize,
+    /// Requirements with `minValues`: a node's fitting types must span that many values.
+    pub(crate) min_values: Vec<(String, usize)>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum NodeKind {
+    Existing,
+    Planned {
+        pool: usize,
+        zone: String,
+        capacity_type: CapacityType,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) kind: NodeKind,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) requirements: Requirements,
+    pub(crate) taints: Vec<Taint>,
+    /// Requests of its pods (and, for planned nodes, not the DaemonSet overhead, which
+    /// each instance type's `alloc` already subtracts).
+    pub(crate) used: ResV,
+    /// Existing: allocatable. Planned: per-dimension maximum over the types still open.
+    pub(crate) cap_upper: ResV,
+    /// Planned: indices into the pool's `types`, cheapest first for this zone and capacity
+    /// type.
+    pub(crate) options: Vec<u32>,
+    /// Planned: position in `options` of the cheapest type that holds `used`.
+    pub(crate) pos: usize,
+    pub(crate) pods: Vec<usize>,
+    pub(crate) host_ports: Vec<HostPort>,
+    /// Domain per topology key in use.
+    domains: Vec<Option<u32>>,
+    /// Planned: capacity counted against the pool's limits.
+    pub(crate) reserved: ResV,
+    /// Existing: `spec.unschedulable`.
+    pub(crate) cordoned: bool,
+    /// Planned: emptied by the packer and given back.
+    pub(crate) retired: bool,
+}
+
+impl Node {
+    fn is_planned(&self) -> bool {
+        matches!(self.kind, NodeKind::Planned { .. })
+    }
+
+    /// Whether this is a node planned in this pass (and not retired by the packer).
+    pub(crate) fn is_planned_node(&self) -> bool {
+        self.is_planned() && !self.retired
+    }
+}
+
+/// The mutable state of a pass, saved so the packer can undo a worse result.
+pub(crate) struct Checkpoint {
+    nodes: Vec<Node>,
+    groups: Vec<Group>,
+    pools: Vec<PoolState>,
+    domains: Vec<Interner>,
+    pod_nodes: Vec<Option<usize>>,
+}
+
+#[derive(Default, Debug, Clone)]
+struct Interner {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Interner {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.ids.get(s) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.ids.insert(s.to_string(), i);
+        self.names.push(s.to_string());
+        i
+    }
+}
+
+/// The working state of one pass.
+pub(crate) struct Scheduler<'a> {
+    pub(crate) input: &'a Input,
+    pub(crate) dims: Dims,
+    pub(crate) pods: Vec<PodState>,
+    pub(crate) nodes: Vec<Node>,
+    groups: Vec<Group>,
+    keys: Vec<String>,
+    domains: Vec<Interner>,
+    pub(crate) pools: Vec<PoolState>,
+    pub(crate) unschedulable: Vec<(usize, String)>,
+    pub(crate) options: Options,
+    min_request: ResV,
+}
+
+fn canonical_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut out = labels.clone();
+    for (k, v) in labels {
+        let c = labels::canonical_key(k);
+        if c != k {
+            out.entry(c.to_string()).or_insert_with(|| v.clone());
+        }
+    }
+    out
+}
+
+fn term_key(kind: Kind, t: &PodTerm) -> GroupKey {
+    GroupKey {
+        kind,
+        key: t.topology_key.clone(),
+        selector: t.selector.clone(),
+        namespaces: t.namespaces.clone(),
+    }
+}
+
+fn spread_key(s: &Spread, namespace: &str) -> GroupKey {
+    GroupKey {
+        kind: Kind::Spread {
+            max_skew: s.max_skew,
+            min_domains: s.min_domains,
+            honor_node_affinity: s.honor_node_affinity,
+            honor_taints: s.honor_taints,
+        },
+        key: s.topology_key.clone(),
+        selector: s.selector.clone(),
+        // Spread constraints count pods of the pod's own namespace.
+        namespaces: Namespaces::Set(BTreeSet::from([namespace.to_string()])),
+    }
+}
+
+/// The node requirements in force at one relaxation level, and whether PreferNoSchedule
+/// taints still count.
+struct Active {
+    node_requirements: NodeRequirements,
+    trivial: bool,
+    cons: Vec<Con>,
+    prefer_no_schedule: bool,
+}
+
+impl<'a> Scheduler<'a> {
+    pub(crate) fn new(input: &'a Input, options: Options) -> Self {
+        let mut dims = Dims::default();
+        for p in input.pending.iter().chain(input.nodes.iter().flat_map(|n| n.pods.iter())) {
+            dims.learn(&p.requests);
+        }
+        for n in &input.nodes {
+            dims.learn(&n.allocatable);
+        }
+        for pool in &input.pools {
+            for it in &pool.instance_types {
+                dims.learn(&it.allocatable);
+            }
+        }
+        let mut s = Scheduler {
+            input,
+            dims,
+            pods: Vec::new(),
+            nodes: Vec::new(),
+            groups: Vec::new(),
+            keys: Vec::new(),
+            domains: Vec::new(),
+            pools: Vec::new(),
+            unschedulable: Vec::new(),
+            options,
+            min_request: [i64::MAX; R],
+        };
+        s.build();
+        s
+    }
+
+    fn key_id(&mut self, key: &str) -> usize {
+        if let Some(i) = self.keys.iter().position(|k| k == key) {
+            return i;
+        }
+        self.keys.push(key.to_string());
+        self.domains.push(Interner::default());
+        self.keys.len() - 1
+    }
+
+    fn group_id(&mut self, index: &mut HashMap<GroupKey, usize>, key: GroupKey) -> usize {
+        if let Some(&g) = index.get(&key) {
+            return g;
+        }
+        let key_id = self.key_id(&key.key);
+        self.groups.push(Group {
+            kind: key.kind,
+            key_id,
+            selector: key.selector.clone(),
+            namespaces: key.namespaces.clone(),
+            counts: Vec::new(),
+            owners: Vec::new(),
+            total: 0,
+        });
+        index.insert(key, self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
+    fn build(&mut self) {
+        let input = self.input;
+        // Pods: pending first (ids 0..n), then pods already on nodes.
+        let all: Vec<&PodInfo> = input
+            .pending
+            .iter()
+            .chain(input.nodes.iter().flat_map(|n| n.pods.iter()))
+            .collect();
+        let mut index: HashMap<GroupKey, usize> = HashMap::new();
+        for info in &all {
+            let mut st = PodState {
+                info: (*info).clone(),
+                req: self.dims.vec(&info.requests),
+                required: Vec::new(),
+                soft_spread: Vec::new(),
+                soft_anti: Vec::new(),
+                soft_affinity: Vec::new(),
+                matches: Vec::new(),
+                anti_targets: Vec::new(),
+                owns_anti: Vec::new(),
+                node: None,
+                trivial_requirements: info.node_requirements.alternatives().iter().all(|a| a.is_empty()),
+            };
+            for s in &info.spread {
+                let g = self.group_id(&mut index, spread_key(s, &info.namespace));
+                let con = Con {
+                    group: g,
+                    self_match: false,
+                };
+                if s.hard {
+                    st.required.push(con);
+                } else {
+                    st.soft_spread.push(con);
+                }
+            }
+            for t in &info.affinity {
+                let g = self.group_id(&mut index, term_key(Kind::Affinity, t));
+                st.required.push(Con {
+                    group: g,
+                    self_match: false,
+                });
+            }
+            for t in &info.anti_affinity {
+                let g = self.group_id(&mut index, term_key(Kind::Anti, t));
+                st.required.push(Con {
+                    group: g,
+                    self_match: false,
+                });
+                st.owns_anti.push(g);
+            }
+            for (_, t) in &info.preferred_affinity {
+                let g = self.group_id(&mut index, term_key(Kind::Affinity, t));
+                st.soft_affinity.push(Con {
+                    group: g,
+                    self_match: false,
+                });
+            }
+            for (_, t) in &info.preferred_anti_affinity {
+                let g = self.group_id(&mut index, term_key(Kind::Anti, t));
+                st.soft_anti.push(Con {
+                    group: g,
+                    self_match: false,
+                });
+            }
+            self.pods.push(st);
+        }
+        // Which groups each pod matches, and whether it matches its own constraints.
+        let required_anti: Vec<bool> = {
+            let mut v = vec![false; self.groups.len()];
+            for p in &self.pods {
+                for &g in &p.owns_anti {
+                    v[g] = true;
+                }
+            }
+            v
+        };
+        for p in &mut self.pods {
+            for (g, group) in self.groups.iter().enumerate() {
+                if group.namespaces.contains(&p.info.namespace) && group.selector.matches(&p.info.labels) {
+                    p.matches.push(g);
+                    if required_anti[g] {
+                        p.anti_targets.push(g);
+                    }
+                }
+            }
+            let matches = p.matches.clone();
+            for c in p
+                .required
+                .iter_mut()
+                .chain(p.soft_spread.iter_mut())
+                .chain(p.soft_anti.iter_mut())
+                .chain(p.soft_affinity.iter_mut())
+            {
+                c.self_match = matches.contains(&c.group);
+            }
+        }
+        for p in self.pods.iter().take(input.pending.len()) {
+            if let Some(r) = p.req {
+                self.min_request = std::array::from_fn(|i| self.min_request[i].min(r[i]));
+            }
+        }
+        // Pools: instance types with DaemonSet overhead, zones, limits.
+        for pool in &input.pools {
+            let state = self.pool_state(pool);
+            self.pools.push(state);
+        }
+        // Existing nodes, with their pods counted.
+        let mut pod_id = input.pending.len();
+        for n in &input.nodes {
+            let idx = self.nodes.len();
+            let node = self.existing_node(n);
+            self.nodes.push(node);
+            for _ in &n.pods {
+                self.place(pod_id, idx);
+                pod_id += 1;
+            }
+        }
+    }
+
+    fn pool_state(&self, pool: &Pool) -> PoolState {
+        let mut types = Vec::new();
+        for (index, it) in pool.instance_types.iter().enumerate() {
+            let (Some(alloc), Some(capacity)) = (self.dims.vec(&it.allocatable), self.dims.vec(&it.capacity)) else {
+                continue;
+            };
+            // DaemonSets whose pods would run on this type in this pool.
+            let node_reqs = pool.requirements.intersect(&it.requirements);
+            let mut overhead = [0; R];
+            let mut daemon_sets = Vec::new();
+            for (d, ds) in self.input.daemon_sets.iter().enumerate() {
+                let tolerated = taints::untolerated(&pool.taints, &ds.tolerations, false).is_none();
+                let selected = ds
+                    .node_requirements
+                    .alternatives()
+                    .iter()
+                    .any(|a| a.compatible_allowing(&node_reqs, &|_| false).is_ok());
+                if tolerated && selected && let Some(v) = self.dims.vec(&ds.requests) {
+                    overhead = add(&overhead, &v);
+                    daemon_sets.push(d);
+                }
+            }
+            let alloc = sub(&alloc, &overhead);
+            if alloc.iter().any(|v| *v < 0) {
+                continue; // the DaemonSets alone do not fit
+            }
+            types.push(TypeInfo {
+                index,
+                alloc,
+                capacity,
+                overhead,
+                daemon_sets,
+            });
+        }
+        let mut zones: BTreeSet<String> = BTreeSet::new();
+        for it in &pool.instance_types {
+            for o in it.offerings.iter().filter(|o| o.available) {
+                zones.insert(o.zone.clone());
+            }
+        }
+        let zone_req = pool.requirements.get(labels::ZONE);
+        let zones = zones
+            .into_iter()
+            .filter(|z| zone_req.is_none_or(|r| r.admits_value(z)))
+            .collect();
+        let mut remaining = [i64::MAX; R];
+        for d in &pool.limits.limited {
+            let slot = match d {
+                Dimension::Cpu => Some(0),
+                Dimension::Memory => Some(1),
+                Dimension::EphemeralStorage => Some(2),
+                Dimension::Pods => Some(3),
+                Dimension::Extended(n) => self.dims.ext.iter().position(|e| e == n).map(|p| p + 4),
+            };
+            if let Some(i) = slot {
+                remaining[i] = pool.limits.resources.get(d) - pool.in_use.get(d);
+            }
+        }
+        let min_values = pool
+            .requirements
+            .iter()
+            .filter_map(|r| r.min_values().map(|m| (r.key().to_string(), m as usize)))
+            .collect();
+        PoolState {
+            min_values,
+            types,
+            remaining,
+            nodes_remaining: pool.limits.nodes.map_or(i64::MAX, |n| n - pool.nodes_in_use),
+            zones,
+            planned_per_zone: BTreeMap::new(),
+            counter: 0,
+        }
+    }
+
+    fn existing_node(&mut self, n: &ExistingNode) -> Node {
+        let labels = canonical_labels(&n.labels);
+        let alloc = self.dims.vec(&n.allocatable).unwrap_or([0; R]);
+        let mut node = Node {
+            name: n.name.clone(),
+            kind: NodeKind::Existing,
+            requirements: Requirements::from_labels(&labels),
+            labels,
+            taints: n.taints.clone(),
+            used: [0; R],
+            cap_upper: alloc,
+            options: Vec::new(),
+            pos: 0,
+            pods: Vec::new(),
+            host_ports: Vec::new(),
+            domains: Vec::new(),
+            reserved: [0; R],
+            cordoned: n.unschedulable,
+            retired: false,
+        };
+        node.domains = self.node_domains(&node);
+        node
+    }
+
+    fn node_domains(&mut self, node: &Node) -> Vec<Option<u32>> {
+        (0..self.keys.len())
+            .map(|k| {
+                let key = self.keys[k].clone();
+                let value = if key == labels::HOSTNAME {
+                    Some(node.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| node.name.clone()))
+                } else {
+                    node.labels.get(labels::canonical_key(&key)).cloned()
+                };
+                value.map(|v| self.domains[k].id(&v))
+            })
+            .collect()
+    }
+
+    /// Records pod `p` on node `n`: resources, ports, topology counts.
+    pub(crate) fn place(&mut self, p: usize, n: usize) {
+        let req = self.pods[p].req.unwrap_or([0; R]);
+        let node = &mut self.nodes[n];
+        node.used = add(&node.used, &req);
+        node.pods.push(p);
+        node.host_ports.extend(self.pods[p].info.host_ports.iter().cloned());
+        for &g in &self.pods[p].matches {
+            let group = &mut self.groups[g];
+            if let Some(d) = node.domains[group.key_id] {
+                bump(&mut group.counts, d);
+                group.total += 1;
+            }
+        }
+        for &g in &self.pods[p].owns_anti {
+            let group = &mut self.groups[g];
+            if let Some(d) = node.domains[group.key_id] {
+                bump(&mut group.owners, d);
+            }
+        }
+        self.pods[p].node = Some(n);
+    }
+
+    /// Reverses [`Scheduler::place`] (used by the packer).
+    pub(crate) fn unplace(&mut self, p: usize) {
+        let Some(n) = self.pods[p].node.take() else {
+            return;
+        };
+        let req = self.pods[p].req.unwrap_or([0; R]);
+        let node = &mut self.nodes[n];
+        node.used = sub(&node.used, &req);
+        node.pods.retain(|q| *q != p);
+        for hp in &self.pods[p].info.host_ports {
+            if let Some(i) = node.host_ports.iter().position(|h| h == hp) {
+                node.host_ports.remove(i);
+            }
+        }
+        for &g in &self.pods[p].matches {
+            let group = &mut self.groups[g];
+            if let Some(d) = node.domains[group.key_id]
+                && let Some(c) = group.counts.get_mut(d as usize)
+            {
+                *c -= 1;
+                group.total -= 1;
+            }
+        }
+        for &g in &self.pods[p].owns_anti {
+            let group = &mut self.groups[g];
+            if let Some(d) = node.domains[group.key_id]
+                && let Some(c) = group.owners.get_mut(d as usize)
+            {
+                *c -= 1;
+            }
+        }
+    }
+
+    /// The relaxation steps available for a pod, in order.
+    fn softs(&self, p: usize) -> Vec<Soft> {
+        let pod = &self.pods[p];
+        let mut out: Vec<Soft> = (0..pod.soft_spread.len()).map(Soft::Spread).collect();
+        // Lightest preferences go first: the lists are sorted heaviest first.
+        out.extend((0..pod.soft_anti.len()).rev().map(Soft::Anti));
+        out.extend((0..pod.soft_affinity.len()).rev().map(Soft::Affinity));
+        out.extend((0..pod.info.preferred_node.len()).rev().map(Soft::NodeTerm));
+        out.push(Soft::PreferNoSchedule);
+        out
+    }
+
+    fn active(&self, p: usize, relaxed: &[Soft]) -> Active {
+        let pod = &self.pods[p];
+        let mut cons = pod.required.clone();
+        for (i, c) in pod.soft_spread.iter().enumerate() {
+            if !relaxed.contains(&Soft::Spread(i)) {
+                cons.push(*c);
+            }
+        }
+        for (i, c) in pod.soft_anti.iter().enumerate() {
+            if !relaxed.contains(&Soft::Anti(i)) {
+                cons.push(*c);
+            }
+        }
+        for (i, c) in pod.soft_affinity.iter().enumerate() {
+            if !relaxed.contains(&Soft::Affinity(i)) {
+                cons.push(*c);
+            }
+        }
+        let mut extra = Requirements::new();
+        let mut any_extra = false;
+        for (i, (_, term)) in pod.info.preferred_node.iter().enumerate() {
+            if !relaxed.contains(&Soft::NodeTerm(i)) {
+                extra = extra.intersect(term);
+                any_extra = true;
+            }
+        }
+        let node_requirements = if any_extra {
+            NodeRequirements::new(extra, pod.info.node_requirements.alternatives().to_vec())
+        } else {
+            pod.info.node_requirements.clone()
+        };
+        Active {
+            trivial: pod.trivial_requirements && !any_extra,
+            node_requirements,
+            cons,
+            prefer_no_schedule: !relaxed.contains(&Soft::PreferNoSchedule),
+        }
+    }
+
+    /// The smallest count over the domains a pod could be placed in, for a spread group.
+    fn spread_min(&self, g: usize, p: usize, active: &Active, can_create: bool) -> u32 {
+        let group = &self.groups[g];
+        let Kind::Spread {
+            min_domains,
+            honor_node_affinity,
+            honor_taints,
+            ..
+        } = group.kind
+        else {
+            return 0;
+        };
+        let key = &self.keys[group.key_id];
+        if key == labels::HOSTNAME && can_create {
+            // A node that does not exist yet is a domain with no matching pods.
+            return 0;
+        }
+        let mut domains: BTreeSet<u32> = BTreeSet::new();
+        for node in &self.nodes {
+            let Some(d) = node.domains[group.key_id] else {
+                continue;
+            };
+            if honor_node_affinity && !active.trivial && self.requirements_match(node, &active.node_requirements).is_err() {
+                continue;
+            }
+            if honor_taints && taints::untolerated(&node.taints, &self.pods[p].info.tolerations, false).is_some() {
+                continue;
+            }
+            domains.insert(d);
+        }
+        if can_create && labels::canonical_key(key) == labels::ZONE {
+            for (pi, pool) in self.pools.iter().enumerate() {
+                if self.pool_admits(pi, p, active).is_ok() {
+                    for z in &pool.zones {
+                        if let Some(&id) = self.domains[group.key_id].ids.get(z) {
+                            domains.insert(id);
+                        } else {
+                            // A zone no node is in yet has a count of zero.
+                            return 0;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(m) = min_domains
+            && (domains.len() as i64) < i64::from(m)
+        {
+            return 0;
+        }
+        domains.iter().map(|d| at(&group.counts, *d)).min().unwrap_or(0)
+    }
+
+    /// Whether a node's topology domains satisfy the pod's active constraints.
+    fn topology_ok(&self, p: usize, n: usize, active: &Active, can_create: bool) -> Result<(), String> {
+        let node = &self.nodes[n];
+        for c in &active.cons {
+            self.domain_ok(c, node.domains[self.groups[c.group].key_id], p, active, can_create)?;
+        }
+        for &g in &self.pods[p].anti_targets {
+            let group = &self.groups[g];
+            if let Some(d) = node.domains[group.key_id]
+                && at(&group.owners, d) > 0
+            {
+                return Err(format!(
+                    "an existing pod's anti-affinity on {} excludes it",
+                    self.keys[group.key_id]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn domain_ok(&self, c: &Con, d: Option<u32>, p: usize, active: &Active, can_create: bool) -> Result<(), String> {
+        let group = &self.groups[c.group];
+        let key = &self.keys[group.key_id];
+        match group.kind {
+            Kind::Spread { max_skew, .. } => {
+                let Some(d) = d else {
+                    return Err(format!("node has no {key} label for topology spread"));
+                };
+                let min = self.spread_min(c.group, p, active, can_create);
+                let count = i64::from(at(&group.counts, d)) + i64::from(c.self_match);
+                if count - i64::from(min) > i64::from(max_skew) {
+                    return Err(format!("topology spread on {key} would exceed maxSkew {max_skew}"));
+                }
+            }
+            Kind::Affinity => {
+                if group.total == 0 && c.self_match {
+                    return Ok(()); // the first pod of a self-affine group may go anywhere
+                }
+                match d {
+                    Some(d) if at(&group.counts, d) > 0 => {}
+                    _ => return Err(format!("pod affinity on {key} finds no matching pod in the node's domain")),
+                }
+            }
+            Kind::Anti => {
+                if let Some(d) = d
+                    && at(&group.counts, d) > 0
+                {
+                    return Err(format!("pod anti-affinity on {key} conflicts with a pod in the node's domain"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn requirements_match(&self, node: &Node, reqs: &NodeRequirements) -> Result<(), String> {
+        let r = if node.is_planned() {
+            reqs.alternatives()
+                .iter()
+                .find(|a| a.compatible_allowing(&node.requirements, &labels::is_well_known).is_ok())
+                .map(|_| ())
+                .ok_or(())
+        } else {
+            reqs.matches_labels(&node.labels).map_err(|_| ())
+        };
+        r.map_err(|()| {
+            let conflict = reqs.alternatives().iter().find_map(|a| {
+                if node.is_planned() {
+                    a.compatible_allowing(&node.requirements, &labels::is_well_known).err()
+                } else {
+                    a.matches_labels(&node.labels).err()
+                }
+            });
+            match conflict {
+                Some(c) => format!("node affinity: {c}"),
+                None => "node affinity does not match".to_string(),
+            }
+        })
+    }
+
+    fn ports_free(&self, p: usize, n: usize) -> bool {
+        self.pods[p]
+            .info
+            .host_ports
+            .iter()
+            .all(|hp| !self.nodes[n].host_ports.iter().any(|h| h.conflicts(hp)))
+    }
+
+    /// Tries pod `p` on existing node `n`.
+    fn try_existing(&self, p: usize, n: usize, active: &Active) -> Result<(), String> {
+        let node = &self.nodes[n];
+        let pod = &self.pods[p];
+        let req = pod.req.ok_or("requests an extended resource this pass cannot track")?;
+        let need = add(&node.used, &req);
+        if !fits(&need, &node.cap_upper) {
+            let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
+            return Err(format!("insufficient {}", self.dims.name(dim)));
+        }
+        if node.cordoned {
+            return Err("node is cordoned".to_string());
+        }
+        if let Some(t) = taints::untolerated(&node.taints, &pod.info.tolerations, active.prefer_no_schedule) {
+            return Err(format!("untolerated taint {}", taints::describe(t)));
+        }
+        if !active.trivial {
+            self.requirements_match(node, &active.node_requirements)?;
+        }
+        if !self.ports_free(p, n) {
+            return Err("host port in use".to_string());
+        }
+        self.topology_ok(p, n, active, true)
+    }
+
+    /// Tries pod `p` on planned node `n`; on success returns the narrowed requirements
+    /// (if they changed), the surviving options and the new cheapest position.
+    fn try_planned(&self, p: usize, n: usize, active: &Active) -> Result<PlannedFit, String> {
+        let node = &self.nodes[n];
+        let NodeKind::Planned { pool, .. } = node.kind else {
+            return Err("not a planned node".to_string());
+        };
+        let pod = &self.pods[p];
+        let req = pod.req.ok_or("requests an extended resource this pass cannot track")?;
+        let need = add(&node.used, &req);
+        if !fits(&need, &node.cap_upper) {
+            let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
+            return Err(format!("insufficient {}", self.dims.name(dim)));
+        }
+        if let Some(t) = taints::untolerated(&node.taints, &pod.info.tolerations, active.prefer_no_schedule) {
+            return Err(format!("untolerated taint {}", taints::describe(t)));
+        }
+        if !self.ports_free(p, n) {
+            return Err("host port in use".to_string());
+        }
+        let (requirements, options) = if active.trivial {
+            (None, None)
+        } else {
+            let alt = active
+                .node_requirements
+                .alternatives()
+                .iter()
+                .find(|a| a.compatible_allowing(&node.requirements, &labels::is_well_known).is_ok())
+                .ok_or_else(|| self.requirements_match(node, &active.node_requirements).err().unwrap_or_default())?;
+            let narrowed = node.requirements.intersect(alt);
+            if narrowed == node.requirements {
+                (None, None)
+            } else {
+                let it = &self.input.pools[pool].instance_types;
+                let types = &self.pools[pool].types;
+                let kept: Vec<u32> = node
+                    .options
+                    .iter()
+                    .copied()
+                    .filter(|&t| it[types[t as usize].index].requirements.intersects(&narrowed).is_ok())
+                    .collect();
+                (Some(narrowed), Some(kept))
+            }
+        };
+        let opts = options.as_deref().unwrap_or(&node.options);
+        let types = &self.pools[pool].types;
+        let start = if options.is_some() { 0 } else { node.pos };
+        let pos = (start..opts.len())
+            .find(|&i| fits(&need, &types[opts[i] as usize].alloc))
+            .ok_or_else(|| "no instance type left on this node holds the pod".to_string())?;
+        self.min_values_ok(pool, &opts[pos..], &need)?;
+        // Limits: the node now counts as its cheapest fitting type.
+        let new_reserved = types[opts[pos] as usize].capacity;
+        let delta = sub(&new_reserved, &node.reserved);
+        let remaining = &self.pools[pool].remaining;
+        if (0..R).any(|i| remaining[i] != i64::MAX && delta[i] > remaining[i]) {
+            return Err(format!("nodepool {} limits reached", self.input.pools[pool].name));
+        }
+        self.topology_ok(p, n, active, true)?;
+        Ok(PlannedFit {
+            requirements,
+            options,
+            pos,
+            reserved: new_reserved,
+        })
+    }
+
+    fn apply_planned(&mut self, n: usize, fit: PlannedFit) {
+        let NodeKind::Planned { pool, .. } = self.nodes[n].kind else {
+            return;
+        };
+        let delta = sub(&fit.reserved, &self.nodes[n].reserved);
+        let remaining = &mut self.pools[pool].remaining;
+        for i in 0..R {
+            if remaining[i] != i64::MAX {
+                remaining[i] -= delta[i];
+            }
+        }
+        let node = &mut self.nodes[n];
+        node.reserved = fit.reserved;
+        if let Some(r) = fit.requirements {
+            node.requirements = r;
+            for (k, v) in node.requirements.single_valued_labels() {
+                node.labels.entry(k).or_insert(v);
+            }
+        }
+        if let Some(o) = fit.options {
+            node.options = o;
+        }
+        node.pos = fit.pos;
+        self.refresh_upper(n);
+    }
+
+    /// Recomputes a planned node's per-dimension upper bound over the types that can still
+    /// hold its pods, dropping cheaper types that no longer can.
+    pub(crate) fn refresh_upper(&mut self, n: usize) {
+        let NodeKind::Planned { pool, .. } = self.nodes[n].kind else {
+            return;
+        };
+        let types = &self.pools[pool].types;
+        let node = &mut self.nodes[n];
+        let pos = node.pos.min(node.options.len());
+        node.options.drain(..pos);
+        node.pos = 0;
+        node.cap_upper = node
+            .options
+            .iter()
+            .fold([0; R], |acc, &t| vmax(&acc, &types[t as usize].alloc));
+    }
+
+    /// Karpenter's `minValues`: the types that still hold `need` must span enough distinct
+    /// values of each such key, so a launch can fall back across them.
+    pub(crate) fn min_values_ok(&self, pool: usize, options: &[u32], need: &ResV) -> Result<(), String> {
+        let state = &self.pools[pool];
+        if state.min_values.is_empty() {
+            return Ok(());
+        }
+        let its = &self.input.pools[pool].instance_types;
+        for (key, min) in &state.min_values {
+            let values: BTreeSet<&str> = options
+                .iter()
+                .map(|&t| &state.types[t as usize])
+                .filter(|ti| fits(need, &ti.alloc))
+                .filter_map(|ti| its[ti.index].requirements.get(key).and_then(|r| r.single_value()))
+                .collect();
+            if values.len() < *min {
+                return Err(format!(
+                    "minValues {min} on {key} not met: the types that fit span {} value(s)",
+                    values.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether pool `pi` could ever take pod `p` (taints and requirements).
+    fn pool_admits(&self, pi: usize, p: usize, active: &Active) -> Result<(), String> {
+        let pool = &self.input.pools[pi];
+        let pod = &self.pods[p];
+        if let Some(t) = taints::untolerated(&pool.taints, &pod.info.tolerations, active.prefer_no_schedule) {
+            return Err(format!("does not tolerate taint {}", taints::describe(t)));
+        }
+        if !active.trivial
+            && let Err(c) = first_ok(
+                active
+                    .node_requirements
+                    .alternatives()
+                    .iter()
+                    .map(|a| a.compatible_allowing(&pool.requirements, &labels::is_well_known)),
+            )
+        {
+            return Err(format!("incompatible requirements: {c}"));
+        }
+        Ok(())
+    }
+
+    /// Creates a node for pod `p` from the first pool (by weight) that can hold it.
+    fn create_node(&mut self, p: usize, active: &Active) -> Result<usize, Vec<String>> {
+        let mut reasons = Vec::new();
+        for pi in 0..self.pools.len() {
+            match self.plan_new(pi, p, active) {
+                Ok(n) => return Ok(n),
+                Err(r) => reasons.push(format!("nodepool {}: {r}", self.input.pools[pi].name)),
+            }
+        }
+        if self.pools.is_empty() {
+            reasons.push("no NodePool".to_string());
+        }
+        Err(reasons)
+    }
+
+    fn plan_new(&mut self, pi: usize, p: usize, active: &Active) -> Result<usize, String> {
+        self.pool_admits(pi, p, active)?;
+        let req = self.pods[p].req.ok_or("requests an extended resource this pass cannot track")?;
+        let input = self.input;
+        let pool = &input.pools[pi];
+        let state = &self.pools[pi];
+        if state.nodes_remaining <= 0 {
+            return Err("node limit reached".to_string());
+        }
+        // The requirements a new node would have: the pool's, narrowed by the pod's first
+        // compatible alternative.
+        let alt = if active.trivial {
+            Requirements::new()
+        } else {
+            active
+                .node_requirements
+                .alternatives()
+                .iter()
+                .find(|a| a.compatible_allowing(&pool.requirements, &labels::is_well_known).is_ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        let base = pool.requirements.intersect(&alt);
+        let its = &pool.instance_types;
+        // Types compatible with the requirements that hold the pod.
+        let mut candidates: Vec<u32> = Vec::new();
+        let mut largest: Option<u32> = None;
+        let mut compatible_count = 0;
+        for (t, ti) in state.types.iter().enumerate() {
+            if its[ti.index].requirements.intersects(&base).is_err() {
+                continue;
+            }
+            compatible_count += 1;
+            if largest.is_none_or(|l| {
+                let a = &state.types[l as usize].alloc;
+                (ti.alloc[1], ti.alloc[0]) > (a[1], a[0])
+            }) {
+                largest = Some(t as u32);
+            }
+            if !fits(&req, &ti.alloc) {
+                continue;
+            }
+            let within = (0..R).all(|i| state.remaining[i] == i64::MAX || ti.capacity[i] <= state.remaining[i]);
+            if within {
+                candidates.push(t as u32);
+            }
+        }
+        if candidates.is_empty() {
+            if compatible_count == 0 {
+                return Err("no instance type satisfies the pod's and the pool's requirements".to_string());
+            }
+            let any_fits = state.types.iter().any(|ti| {
+                its[ti.index].requirements.intersects(&base).is_ok() && fits(&req, &ti.alloc)
+            });
+            if any_fits {
+                return Err("limits reached".to_string());
+            }
+            let l = largest.map(|l| &state.types[l as usize]);
+            let short = (0..R)
+                .find(|&i| l.is_some_and(|l| req[i] > l.alloc[i]))
+                .unwrap_or(0);
+            return Err(match l {
+                Some(l) => format!(
+                    "no instance type has {} {} free after overhead and DaemonSets; largest allowed is {} ({} {})",
+                    self.dims.show(short, req[short]),
+                    self.dims.name(short),
+                    its[l.index].name,
+                    self.dims.show(short, l.alloc[short]),
+                    self.dims.name(short),
+                ),
+                None => "no instance type fits".to_string(),
+            });
+        }
+        // Zone and capacity type: every offering of a candidate that the requirements
+        // admit, checked against the pod's topology constraints on zone.
+        let mut choices: BTreeMap<(String, CapacityType), f64> = BTreeMap::new();
+        for &t in &candidates {
+            for o in its[state.types[t as usize].index].offerings.iter().filter(|o| o.available) {
+                let zone_ok = base.get(labels::ZONE).is_none_or(|r| r.admits_value(&o.zone));
+                let ct_ok = base
+                    .get(labels::CAPACITY_TYPE)
+                    .is_none_or(|r| r.admits_value(o.capacity_type.as_str()));
+                if zone_ok && ct_ok {
+                    let e = choices.entry((o.zone.clone(), o.capacity_type)).or_insert(f64::INFINITY);
+                    *e = e.min(o.price_per_hour);
+                }
+            }
+        }
+        if choices.is_empty() {
+            return Err("no available offering in an allowed zone and capacity type".to_string());
+        }
+        let zone_key = self.keys.iter().position(|k| labels::canonical_key(k) == labels::ZONE);
+        let mut best: Option<((i64, f64, usize, String), (String, CapacityType))> = None;
+        let mut topo_reason = None;
+        for ((zone, ct), price) in &choices {
+            let zone_domain = zone_key.and_then(|k| self.domains[k].ids.get(zone).copied());
+            // Check zone-keyed constraints for this zone.
+            let mut ok = true;
+            let mut spread_count = 0i64;
+            if let Some(k) = zone_key {
+                for c in &active.cons {
+                    if self.groups[c.group].key_id != k {
+                        continue;
+                    }
+                    let d = Some(zone_domain.unwrap_or(u32::MAX));
+                    if let Err(e) = self.domain_ok(c, d, p, active, true) {
+                        ok = false;
+                        topo_reason = Some(e);
+                        break;
+                    }
+                    if let Kind::Spread { .. } = self.groups[c.group].kind {
+                        spread_count += i64::from(zone_domain.map_or(0, |d| at(&self.groups[c.group].counts, d)));
+                    }
+                }
+                if ok {
+                    for &g in &self.pods[p].anti_targets {
+                        let group = &self.groups[g];
+                        if group.key_id == k && zone_domain.is_some_and(|d| at(&group.owners, d) > 0) {
+                            ok = false;
+                            topo_reason = Some("an existing pod's anti-affinity excludes the zone".to_string());
+                        }
+                    }
+                }
+            }
+            if !ok {
+                continue;
+            }
+            let balance = state.planned_per_zone.get(zone).copied().unwrap_or(0);
+            // Least-loaded zone for spread, then cheapest, then the zone with the fewest
+            // planned nodes (keeps plain capacity spread), then by name.
+            let better = best.as_ref().is_none_or(|(b, _)| {
+                spread_count
+                    .cmp(&b.0)
+                    .then(price.total_cmp(&b.1))
+                    .then(balance.cmp(&b.2))
+                    .then_with(|| zone.cmp(&b.3))
+                    .is_lt()
+            });
+            if better {
+                best = Some(((spread_count, *price, balance, zone.clone()), (zone.clone(), *ct)));
+            }
+        }
+        let Some((_, (zone, ct))) = best else {
+            return Err(topo_reason.unwrap_or_else(|| "no zone satisfies the pod's topology".to_string()));
+        };
+        // Build the node.
+        let state = &mut self.pools[pi];
+        state.counter += 1;
+        state.nodes_remaining -= 1;
+        *state.planned_per_zone.entry(zone.clone()).or_default() += 1;
+        let name = format!("{}{}-{}", self.options.name_prefix, pool.name, state.counter);
+        let requirements = base
+            .with(Requirement::one_of(labels::ZONE, [zone.clone()]))
+            .with(Requirement::one_of(labels::CAPACITY_TYPE, [ct.as_str().to_string()]))
+            .with(Requirement::one_of(labels::HOSTNAME, [name.clone()]))
+            .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
+        let n = self.push_planned(pi, name, zone.clone(), ct, requirements);
+        match self.try_planned(p, n, active) {
+            Ok(fit) => {
+                self.apply_planned(n, fit);
+                self.place(p, n);
+                Ok(n)
+            }
+            Err(e) => {
+                // Roll back the empty node.
+                let node = self.nodes.pop();
+                let state = &mut self.pools[pi];
+                state.nodes_remaining += 1;
+                state.counter -= 1;
+                if let Some(Node {
+                    kind: NodeKind::Planned { zone, .. },
+                    ..
+                }) = node
+                    && let Some(c) = state.planned_per_zone.get_mut(&zone)
+                {
+                    *c -= 1;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Places one pending pod, relaxing preferences as needed.
+    fn schedule_pod(&mut self, p: usize, open: &mut Vec<usize>) {
+        if self.pods[p].req.is_none() {
+            self.unschedulable.push((
+                p,
+                format!(
+                    "requests more distinct extended resources than the simulation tracks ({EXT_SLOTS})"
+                ),
+            ));
+            return;
+        }
+        let softs = self.softs(p);
+        let mut last_reasons = Vec::new();
+        for level in 0..=softs.len() {
+            let active = self.active(p, &softs[..level]);
+            // 1. Existing and planned nodes, in order.
+            let mut placed = None;
+            for &n in open.iter() {
+                if self.nodes[n].is_planned() {
+                    if let Ok(fit) = self.try_planned(p, n, &active) {
+                        self.apply_planned(n, fit);
+                        placed = Some(n);
+                        break;
+                    }
+                } else if self.try_existing(p, n, &active).is_ok() {
+                    placed = Some(n);
+                    break;
+                }
+            }
+            if let Some(n) = placed {
+                self.place(p, n);
+                return;
+            }
+            // 2. A new node.
+            match self.create_node(p, &active) {
+                Ok(n) => {
+                    open.push(n);
+                    return;
+                }
+                Err(r) => last_reasons = r,
+            }
+        }
+        let active = self.active(p, &softs);
+        let reason = self.explain(p, &active, open, &last_reasons);
+        self.unschedulable.push((p, reason));
+    }
+
+    fn explain(&self, p: usize, active: &Active, open: &[usize], pool_reasons: &[String]) -> String {
+        let mut by_reason: BTreeMap<String, usize> = BTreeMap::new();
+        let mut counted = 0;
+        for &n in open {
+            let r = if self.nodes[n].is_planned() {
+                self.try_planned(p, n, active).err()
+            } else {
+                self.try_existing(p, n, active).err()
+            };
+            if let Some(r) = r {
+                *by_reason.entry(r).or_default() += 1;
+                counted += 1;
+            }
+        }
+        let mut parts = Vec::new();
+        if counted > 0 {
+            let mut list: Vec<(String, usize)> = by_reason.into_iter().collect();
+            list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let shown: Vec<String> = list.iter().take(3).map(|(r, c)| format!("{c} {r}")).collect();
+            parts.push(format!("0/{counted} nodes fit ({})", shown.join(", ")));
+        }
+        parts.extend(pool_reasons.iter().cloned());
+        parts.join("; ")
+    }
+
+    /// Runs the placement pass over every pending pod.
+    pub(crate) fn run(&mut self) {
+        let pending = self.input.pending.len();
+        let mut order: Vec<usize> = (0..pending).collect();
+        // Largest first (CPU, then memory), as Karpenter orders its queue; name breaks ties
+        // so the result does not depend on input order.
+        order.sort_by(|&a, &b| {
+            let ra = self.pods[a].req.unwrap_or([0; R]);
+            let rb = self.pods[b].req.unwrap_or([0; R]);
+            rb[0].cmp(&ra[0])
+                .then(rb[1].cmp(&ra[1]))
+                .then_with(|| self.pods[a].info.key.cmp(&self.pods[b].info.key))
+        });
+        let mut open: Vec<usize> = (0..self.nodes.len()).collect();
+        let mut since_compact = 0;
+        for p in order {
+            self.schedule_pod(p, &mut open);
+            since_compact += 1;
+            if since_compact >= 64 {
+                since_compact = 0;
+                let min = self.min_request;
+                let nodes = &self.nodes;
+                // A node that cannot hold even the smallest pending pod is closed for good.
+                open.retain(|&n| {
+                    let free = sub(&nodes[n].cap_upper, &nodes[n].used);
+                    fits(&min, &free)
+                });
+            }
+        }
+    }
+
+    /// Appends an empty planned node with the given requirements; its options are every
+    /// compatible type offered in its zone and capacity type, cheapest first.
+    pub(crate) fn push_planned(
+        &mut self,
+        pi: usize,
+        name: String,
+        zone: String,
+        ct: CapacityType,
+        requirements: Requirements,
+    ) -> usize {
+        let pool = &self.input.pools[pi];
+        let mut node_labels = pool.labels.clone();
+        for (k, v) in requirements.single_valued_labels() {
+            node_labels.insert(k, v);
+        }
+        let mut node = Node {
+            name,
+            kind: NodeKind::Planned {
+                pool: pi,
+                zone,
+                capacity_type: ct,
+            },
+            labels: node_labels,
+            requirements,
+            taints: pool.taints.clone(),
+            used: [0; R],
+            cap_upper: [0; R],
+            options: Vec::new(),
+            pos: 0,
+            pods: Vec::new(),
+            host_ports: Vec::new(),
+            domains: Vec::new(),
+            reserved: [0; R],
+            cordoned: false,
+            retired: false,
+        };
+        node.domains = self.node_domains(&node);
+        let n = self.nodes.len();
+        self.nodes.push(node);
+        self.rebuild_options(n);
+        n
+    }
+
+    /// Recomputes a planned node's options from its pool (after pods left it), its
+    /// cheapest fitting type and the capacity it counts against the pool's limits. An
+    /// empty node is retired and its node count given back.
+    pub(crate) fn rebuild_options(&mut self, n: usize) {
+        let NodeKind::Planned { pool, ref zone, capacity_type } = self.nodes[n].kind else {
+            return;
+        };
+        let zone = zone.clone();
+        let its = &self.input.pools[pool].instance_types;
+        let types = &self.pools[pool].types;
+        let node = &self.nodes[n];
+        let mut options: Vec<(f64, u32)> = Vec::new();
+        for (t, ti) in types.iter().enumerate() {
+            let it = &its[ti.index];
+            if it.requirements.intersects(&node.requirements).is_err() {
+                continue;
+            }
+            if let Some(o) = it
+                .offerings
+                .iter()
+                .find(|o| o.available && o.zone == zone && o.capacity_type == capacity_type)
+            {
+                options.push((o.price_per_hour, t as u32));
+            }
+        }
+        options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let options: Vec<u32> = options.into_iter().map(|(_, t)| t).collect();
+        let pos = options
+            .iter()
+            .position(|&t| fits(&node.used, &types[t as usize].alloc))
+            .unwrap_or(options.len());
+        let reserved = if node.pods.is_empty() {
+            [0; R]
+        } else {
+            options.get(pos).map_or(node.reserved, |&t| types[t as usize].capacity)
+        };
+        let delta = sub(&reserved, &node.reserved);
+        let state = &mut self.pools[pool];
+        for i in 0..R {
+            if state.remaining[i] != i64::MAX {
+                state.remaining[i] -= delta[i];
+            }
+        }
+        let node = &mut self.nodes[n];
+        node.reserved = reserved;
+        node.options = options;
+        node.pos = pos;
+        self.refresh_upper(n);
+    }
+
+    /// Gives back an emptied planned node.
+    pub(crate) fn retire(&mut self, n: usize) {
+        let NodeKind::Planned { pool, ref zone, .. } = self.nodes[n].kind else {
+            return;
+        };
+        if self.nodes[n].retired || !self.nodes[n].pods.is_empty() {
+            return;
+        }
+        let zone = zone.clone();
+        let reserved = self.nodes[n].reserved;
+        let state = &mut self.pools[pool];
+        state.nodes_remaining += 1;
+        if let Some(c) = state.planned_per_zone.get_mut(&zone) {
+            *c = c.saturating_sub(1);
+        }
+        for i in 0..R {
+            if state.remaining[i] != i64::MAX {
+                state.remaining[i] += reserved[i];
+            }
+        }
+        let node = &mut self.nodes[n];
+        node.reserved = [0; R];
+        node.retired = true;
+        node.options.clear();
+        node.cap_upper = [0; R];
+    }
+
+    /// Saves the mutable state of the pass.
+    pub(crate) fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            nodes: self.nodes.clone(),
+            groups: self.groups.clone(),
+            pools: self.pools.clone(),
+            domains: self.domains.clone(),
+            pod_nodes: self.pods.iter().map(|p| p.node).collect(),
+        }
+    }
+
+    /// Restores a saved state.
+    pub(crate) fn restore(&mut self, c: Checkpoint) {
+        self.nodes = c.nodes;
+        self.groups = c.groups;
+        self.pools = c.pools;
+        self.domains = c.domains;
+        for (p, n) in self.pods.iter_mut().zip(c.pod_nodes) {
+            p.node = n;
+        }
+    }
+
+    /// The price and instance type index chosen for a planned node: its cheapest option
+    /// that holds its pods.
+    pub(crate) fn chosen_type(&self, n: usize) -> Option<(usize, f64, bool)> {
+        let node = &self.nodes[n];
+        let NodeKind::Planned { pool, ref zone, capacity_type } = node.kind else {
+            return None;
+        };
+        let types = &self.pools[pool].types;
+        let its = &self.input.pools[pool].instance_types;
+        node.options[node.pos..]
+            .iter()
+            .find(|&&t| fits(&node.used, &types[t as usize].alloc))
+            .and_then(|&t| {
+                let it = &its[types[t as usize].index];
+                it.offerings
+                    .iter()
+                    .find(|o| o.zone == *zone && o.capacity_type == capacity_type)
+                    .map(|o| (t as usize, o.price_per_hour, o.price_is_estimate))
+            })
+    }
+}
+
+struct PlannedFit {
+    requirements: Option<Requirements>,
+    options: Option<Vec<u32>>,
+    pos: usize,
+    reserved: ResV,
+}
+
+fn first_ok<E, I: Iterator<Item = Result<(), E>>>(mut it: I) -> Result<(), E> {
+    let mut first = None;
+    for r in it.by_ref() {
+        match r {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,598 @@
+//! Scheduling scenarios: each proves one behaviour of the simulation, and every plan is
+//! checked by the independent validator.
+
+use tailor::catalog::{Catalog, CatalogOptions};
+use tailor::model::NodeSettings;
+use tailor::scheduling::{self, Input, Options, Plan, validate};
+use tailor::state::Snapshot;
+
+fn input(yaml: &str) -> Input {
+    let snapshot = Snapshot::from_yaml("scenario.yaml", yaml).expect("scenario parses");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |settings: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = settings.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    Input::from_snapshot(&snapshot, &types).expect("input builds")
+}
+
+fn plan_with(yaml: &str, options: &Options) -> (Input, Plan) {
+    let input = input(yaml);
+    let plan = scheduling::schedule(&input, options);
+    let errors = validate(&input, &plan);
+    assert!(errors.is_empty(), "validator: {errors:#?}\nplan: {plan:#?}");
+    (input, plan)
+}
+
+fn plan(yaml: &str) -> Plan {
+    plan_with(yaml, &Options::default()).1
+}
+
+const POOL: &str = "
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {name: default}
+";
+
+fn pods(name: &str, replicas: u32, cpu: &str, memory: &str, extra_spec: &str) -> String {
+    format!(
+        "---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+{extra_spec}
+      containers:
+      - name: c
+        image: i
+        resources: {{requests: {{cpu: {cpu}, memory: {memory}}}}}
+"
+    )
+}
+
+fn node(name: &str, zone: &str, cpu: &str, memory: &str, extra: &str) -> String {
+    format!(
+        "---
+apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  labels: {{kubernetes.io/arch: amd64, kubernetes.io/os: linux, topology.kubernetes.io/zone: {zone}, node.kubernetes.io/instance-type: Standard_D4s_v5, kubernetes.io/hostname: {name}}}
+spec:
+{extra}
+status:
+  allocatable: {{cpu: {cpu}, memory: {memory}, pods: '110'}}
+"
+    )
+}
+
+fn bound_pod(name: &str, node: &str, labels: &str, cpu: &str) -> String {
+    format!(
+        "---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, labels: {{{labels}}}}}
+spec:
+  nodeName: {node}
+  containers:
+  - name: c
+    image: i
+    resources: {{requests: {{cpu: {cpu}, memory: 256Mi}}}}
+status: {{phase: Running}}
+"
+    )
+}
+
+fn claim_of<'a>(plan: &'a Plan, pod_prefix: &str) -> Vec<&'a tailor::scheduling::PlannedNodeClaim> {
+    plan.node_claims
+        .iter()
+        .filter(|c| c.pods.iter().any(|p| p.starts_with(&format!("default/{pod_prefix}"))))
+        .collect()
+}
+
+#[test]
+fn pods_fill_existing_nodes_before_new_nodes_are_bought() {
+    let yaml = format!("{POOL}{}{}", node("n1", "eastus-1", "4", "16Gi", ""), pods("web", 3, "1", "1Gi", ""));
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_existing, 3);
+    assert!(p.node_claims.is_empty());
+}
+
+#[test]
+fn pods_that_do_not_fit_existing_nodes_get_the_cheapest_new_node() {
+    let yaml = format!("{POOL}{}{}", node("n1", "eastus-1", "1", "2Gi", ""), pods("web", 2, "1500m", "3Gi", ""));
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 2);
+    assert_eq!(p.node_claims.len(), 1);
+    // 3 cores and 6Gi: the cheapest on-demand type holding both is a 4-vCPU size.
+    assert_eq!(p.node_claims[0].labels["tailor.sh/sku-cpu"], "4");
+}
+
+#[test]
+fn init_containers_and_native_sidecars_size_the_request() {
+    let spec = "      initContainers:
+      - {name: proxy, image: i, restartPolicy: Always, resources: {requests: {cpu: 500m, memory: 1Gi}}}
+      - {name: init, image: i, resources: {requests: {cpu: '6', memory: 1Gi}}}";
+    let p = plan(&format!("{POOL}{}", pods("job", 1, "1", "1Gi", spec)));
+    // The sidecar starts first and keeps running: the init peak is 6 + 0.5 cores, more
+    // than the running 1 + 0.5.
+    assert_eq!(p.node_claims[0].requests.cpu, "6500m");
+}
+
+#[test]
+fn a_node_selector_on_arch_buys_only_that_architecture() {
+    let spec = "      nodeSelector: {kubernetes.io/arch: arm64}";
+    let p = plan(&format!("{POOL}{}", pods("arm", 4, "2", "4Gi", spec)));
+    assert!(!p.node_claims.is_empty());
+    assert!(p.node_claims.iter().all(|c| c.labels["kubernetes.io/arch"] == "arm64"), "{p:#?}");
+}
+
+#[test]
+fn required_node_affinity_terms_are_ored() {
+    let spec = "      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [GPU]}]
+            - matchExpressions: [{key: karpenter.azure.com/sku-family, operator: In, values: [E]}]";
+    let p = plan(&format!("{POOL}{}", pods("mem", 2, "1", "8Gi", spec)));
+    assert!(p.node_claims.iter().all(|c| c.labels["tailor.sh/sku-family"] == "E"), "{p:#?}");
+}
+
+#[test]
+fn preferred_node_affinity_is_honoured_when_it_can_be() {
+    let spec = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [eastus-3]}]}";
+    let p = plan(&format!("{POOL}{}", pods("pref", 3, "1", "1Gi", spec)));
+    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-3"), "{p:#?}");
+}
+
+#[test]
+fn preferred_node_affinity_is_relaxed_when_it_cannot_be_met() {
+    let spec = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [NV]}]}";
+    let p = plan(&format!("{POOL}{}", pods("pref", 1, "1", "1Gi", spec)));
+    assert_eq!(p.summary.unschedulable, 0);
+    assert_eq!(p.node_claims.len(), 1);
+}
+
+#[test]
+fn an_impossible_node_selector_is_unschedulable_with_the_conflicting_key() {
+    let spec = "      nodeSelector: {team: payments}";
+    let p = plan(&format!("{POOL}{}", pods("lost", 1, "1", "1Gi", spec)));
+    assert_eq!(p.summary.unschedulable, 1);
+    let reason = &p.unschedulable[0].reason;
+    assert!(reason.contains("nodepool default") && reason.contains("team"), "{reason}");
+}
+
+#[test]
+fn taints_keep_intolerant_pods_off_existing_nodes() {
+    let taint = "  taints: [{key: dedicated, value: gpu, effect: NoSchedule}]";
+    let yaml = format!("{POOL}{}{}", node("gpu-1", "eastus-1", "8", "32Gi", taint), pods("web", 2, "1", "1Gi", ""));
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_existing, 0);
+    assert_eq!(p.summary.scheduled_on_new, 2);
+}
+
+#[test]
+fn tolerations_let_pods_use_tainted_nodes() {
+    let taint = "  taints: [{key: dedicated, value: gpu, effect: NoSchedule}]";
+    let spec = "      tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]";
+    let yaml = format!("{POOL}{}{}", node("gpu-1", "eastus-1", "8", "32Gi", taint), pods("web", 2, "1", "1Gi", spec));
+    assert_eq!(plan(&yaml).summary.scheduled_on_existing, 2);
+}
+
+const TAINTED_POOL: &str = "
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: batch}
+spec:
+  template:
+    spec:
+      requirements: []
+      taints: [{key: workload, value: batch, effect: NoSchedule}]
+      startupTaints: [{key: example.com/agent-not-ready, effect: NoSchedule}]
+      nodeClassRef: {name: default}
+";
+
+#[test]
+fn nodepool_taints_must_be_tolerated_and_the_reason_names_the_taint() {
+    let p = plan(&format!("{TAINTED_POOL}{}", pods("web", 1, "1", "1Gi", "")));
+    assert_eq!(p.summary.unschedulable, 1);
+    let reason = &p.unschedulable[0].reason;
+    assert!(reason.contains("does not tolerate taint workload=batch:NoSchedule"), "{reason}");
+}
+
+#[test]
+fn startup_taints_do_not_need_tolerating_and_are_carried_on_the_claim() {
+    let spec = "      tolerations: [{key: workload, operator: Exists}]";
+    let p = plan(&format!("{TAINTED_POOL}{}", pods("job", 1, "1", "1Gi", spec)));
+    assert_eq!(p.node_claims.len(), 1);
+    assert_eq!(p.node_claims[0].startup_taints, vec!["example.com/agent-not-ready:NoSchedule".to_string()]);
+}
+
+const HOSTNAME_ANTI: &str = "      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - topologyKey: kubernetes.io/hostname
+            labelSelector: {matchLabels: {app: db}}";
+
+#[test]
+fn pods_with_hostname_anti_affinity_land_on_distinct_nodes() {
+    let p = plan(&format!("{POOL}{}", pods("db", 4, "500m", "1Gi", HOSTNAME_ANTI)));
+    assert_eq!(claim_of(&p, "db").len(), 4);
+    assert!(claim_of(&p, "db").iter().all(|c| c.pods.len() == 1));
+}
+
+#[test]
+fn anti_affinity_counts_pods_already_running() {
+    let yaml = format!(
+        "{POOL}{}{}{}",
+        node("n1", "eastus-1", "8", "32Gi", ""),
+        bound_pod("db-old", "n1", "app: db", "100m"),
+        pods("db", 1, "500m", "1Gi", HOSTNAME_ANTI)
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_existing, 0, "n1 already runs a db pod");
+    assert_eq!(p.summary.scheduled_on_new, 1);
+}
+
+#[test]
+fn running_pods_anti_affinity_repels_new_pods_it_selects() {
+    let yaml = format!(
+        "{POOL}{}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: loner, namespace: default, labels: {{app: loner}}}}
+spec:
+  nodeName: n1
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector: {{matchLabels: {{app: web}}}}
+  containers: [{{name: c, image: i, resources: {{requests: {{cpu: 100m}}}}}}]
+{}",
+        node("n1", "eastus-1", "8", "32Gi", ""),
+        pods("web", 1, "500m", "1Gi", "")
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_existing, 0);
+    assert_eq!(p.summary.scheduled_on_new, 1);
+}
+
+#[test]
+fn pod_affinity_on_zone_follows_the_target_pods() {
+    let spec = "      affinity:
+        podAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - topologyKey: topology.kubernetes.io/zone
+            labelSelector: {matchLabels: {app: cache}}";
+    let yaml = format!(
+        "{POOL}{}{}{}",
+        node("small", "eastus-2", "500m", "1Gi", ""),
+        bound_pod("cache-0", "small", "app: cache", "400m"),
+        pods("api", 3, "1", "2Gi", spec)
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 3);
+    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2"), "{p:#?}");
+}
+
+#[test]
+fn pod_affinity_with_no_target_anywhere_is_unschedulable() {
+    let spec = "      affinity:
+        podAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - topologyKey: topology.kubernetes.io/zone
+            labelSelector: {matchLabels: {app: missing}}";
+    let p = plan(&format!("{POOL}{}", pods("api", 1, "1", "2Gi", spec)));
+    assert_eq!(p.summary.unschedulable, 1);
+    assert!(p.unschedulable[0].reason.contains("affinity"), "{}", p.unschedulable[0].reason);
+}
+
+const ZONE_SPREAD: &str = "      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: web}}";
+
+#[test]
+fn zone_spread_puts_an_even_share_in_every_zone() {
+    let p = plan(&format!("{POOL}{}", pods("web", 9, "1", "1Gi", ZONE_SPREAD)));
+    let mut per_zone = std::collections::BTreeMap::new();
+    for c in &p.node_claims {
+        *per_zone.entry(c.zone.clone()).or_insert(0) += c.pods.len();
+    }
+    assert_eq!(per_zone.values().copied().collect::<Vec<_>>(), vec![3, 3, 3], "{per_zone:?}");
+}
+
+#[test]
+fn zone_spread_counts_pods_already_running() {
+    let yaml = format!(
+        "{POOL}{}{}{}{}",
+        node("n1", "eastus-1", "500m", "1Gi", ""),
+        bound_pod("web-old-1", "n1", "app: web", "100m"),
+        bound_pod("web-old-2", "n1", "app: web", "100m"),
+        pods("web", 4, "1", "1Gi", ZONE_SPREAD)
+    );
+    let p = plan(&yaml);
+    let in_zone1: usize = p.node_claims.iter().filter(|c| c.zone == "eastus-1").map(|c| c.pods.len()).sum();
+    // Zone 1 already has 2: the 4 new pods go 2/2 to the other zones.
+    assert_eq!(in_zone1, 0, "{p:#?}");
+}
+
+#[test]
+fn hostname_spread_limits_pods_per_node_to_max_skew() {
+    let spec = "      topologySpreadConstraints:
+      - maxSkew: 2
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: web}}";
+    let p = plan(&format!("{POOL}{}", pods("web", 6, "100m", "128Mi", spec)));
+    assert!(p.node_claims.iter().all(|c| c.pods.len() <= 2), "{p:#?}");
+    assert_eq!(p.summary.scheduled_on_new, 6);
+}
+
+#[test]
+fn schedule_anyway_spread_is_relaxed_when_it_cannot_hold() {
+    let spec = "      nodeSelector: {topology.kubernetes.io/zone: eastus-1}
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: ScheduleAnyway
+        labelSelector: {matchLabels: {app: web}}";
+    let p = plan(&format!("{POOL}{}", pods("web", 3, "1", "1Gi", spec)));
+    assert_eq!(p.summary.unschedulable, 0);
+    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-1"));
+}
+
+#[test]
+fn do_not_schedule_spread_that_cannot_hold_leaves_pods_pending_with_the_reason() {
+    let spec = "      nodeSelector: {topology.kubernetes.io/zone: eastus-1}
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: DoNotSchedule
+        nodeAffinityPolicy: Ignore
+        labelSelector: {matchLabels: {app: web}}";
+    let p = plan(&format!("{POOL}{}", pods("web", 3, "1", "1Gi", spec)));
+    // With nodeAffinityPolicy Ignore, zones 2 and 3 count (empty): only one pod fits the skew.
+    assert_eq!(p.summary.scheduled_on_new, 1);
+    assert_eq!(p.summary.unschedulable, 2);
+    assert!(p.unschedulable[0].reason.contains("maxSkew"), "{}", p.unschedulable[0].reason);
+}
+
+#[test]
+fn min_domains_treats_missing_domains_as_empty() {
+    let spec = "      topologySpreadConstraints:
+      - maxSkew: 1
+        minDomains: 5
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: web}}";
+    let p = plan(&format!("{POOL}{}", pods("web", 6, "1", "1Gi", spec)));
+    // Only three zones exist, fewer than minDomains: the global minimum is 0, so each zone
+    // takes at most maxSkew = 1 pod.
+    assert_eq!(p.summary.scheduled_on_new, 3);
+    assert_eq!(p.summary.unschedulable, 3);
+}
+
+#[test]
+fn daemonset_overhead_counts_only_daemonsets_that_would_run_there() {
+    let ds = |name: &str, selector: &str| {
+        format!(
+            "---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: {name}, namespace: kube-system}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      nodeSelector: {{{selector}}}
+      containers: [{{name: c, image: i, resources: {{requests: {{cpu: 500m, memory: 512Mi}}}}}}]
+"
+        )
+    };
+    let yaml = format!(
+        "{POOL}{}{}{}",
+        ds("agent", "kubernetes.io/os: linux"),
+        ds("windows-agent", "kubernetes.io/os: windows"),
+        pods("web", 1, "1", "1Gi", "")
+    );
+    let p = plan(&yaml);
+    let c = &p.node_claims[0];
+    assert_eq!(c.daemon_sets, vec!["kube-system/agent".to_string()]);
+    assert_eq!(c.requests.cpu, "1500m");
+}
+
+#[test]
+fn max_pods_caps_pods_per_node() {
+    let class = "---
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {maxPods: 10}
+";
+    let p = plan(&format!("{POOL}{class}{}", pods("tiny", 25, "10m", "16Mi", "")));
+    assert!(p.node_claims.iter().all(|c| c.pods.len() <= 10), "{p:#?}");
+    assert_eq!(p.summary.scheduled_on_new, 25);
+}
+
+#[test]
+fn host_ports_keep_conflicting_pods_apart() {
+    let spec = "      containers:
+      - name: c
+        image: i
+        ports: [{containerPort: 80, hostPort: 8080}]
+        resources: {requests: {cpu: 100m, memory: 64Mi}}";
+    let yaml = format!(
+        "{POOL}---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: proxy, namespace: default}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: proxy}}}}
+  template:
+    metadata: {{labels: {{app: proxy}}}}
+    spec:
+{spec}
+"
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.node_claims.len(), 3);
+}
+
+#[test]
+fn higher_weight_nodepools_are_tried_first() {
+    let yaml = format!(
+        "{POOL}---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {{name: preferred}}
+spec:
+  weight: 50
+  template:
+    spec:
+      requirements: [{{key: tailor.sh/sku-family, operator: In, values: [E]}}]
+      nodeClassRef: {{name: default}}
+{}",
+        pods("web", 2, "1", "1Gi", "")
+    );
+    let p = plan(&yaml);
+    assert!(p.node_claims.iter().all(|c| c.node_pool == "preferred" && c.labels["tailor.sh/sku-family"] == "E"));
+}
+
+#[test]
+fn nodepool_limits_are_never_exceeded_and_the_rest_stays_pending() {
+    let yaml = format!(
+        "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {{name: default}}
+spec:
+  limits: {{cpu: '16'}}
+  template:
+    spec:
+      requirements: []
+      nodeClassRef: {{name: default}}
+{}",
+        pods("web", 20, "1", "2Gi", "")
+    );
+    let (input, p) = plan_with(&yaml, &Options::default());
+    let cpus: u32 = p.node_claims.iter().map(|c| c.labels["tailor.sh/sku-cpu"].parse::<u32>().unwrap_or(0)).sum();
+    assert!(cpus <= 16, "{cpus} vCPUs bought");
+    assert!(p.summary.unschedulable > 0);
+    assert!(p.unschedulable.iter().any(|u| u.reason.contains("limits")), "{:?}", p.unschedulable);
+    assert!(validate(&input, &p).is_empty());
+}
+
+#[test]
+fn capacity_type_and_zone_requirements_pin_offerings() {
+    let yaml = format!(
+        "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {{name: spot}}
+spec:
+  template:
+    spec:
+      requirements:
+      - {{key: karpenter.sh/capacity-type, operator: In, values: [spot]}}
+      - {{key: topology.kubernetes.io/zone, operator: In, values: [eastus-2]}}
+      nodeClassRef: {{name: default}}
+{}",
+        pods("web", 4, "1", "2Gi", "")
+    );
+    let p = plan(&yaml);
+    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2" && c.capacity_type.as_str() == "spot" && c.price_is_estimate));
+}
+
+#[test]
+fn min_values_requires_enough_distinct_fallback_types() {
+    let pool = |min: u32| {
+        format!(
+            "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {{name: default}}
+spec:
+  template:
+    spec:
+      requirements:
+      - {{key: tailor.sh/sku-family, operator: In, values: [D, E, F], minValues: {min}}}
+      - {{key: tailor.sh/sku-cpu, operator: In, values: ['2']}}
+      nodeClassRef: {{name: default}}
+"
+        )
+    };
+    // 10Gi of memory at 2 vCPU: only E sizes hold it, so one family cannot satisfy minValues 2.
+    let ok = plan(&format!("{}{}", pool(1), pods("mem", 1, "1", "10Gi", "")));
+    assert_eq!(ok.summary.scheduled_on_new, 1);
+    let p = plan(&format!("{}{}", pool(2), pods("mem", 1, "1", "10Gi", "")));
+    assert_eq!(p.summary.unschedulable, 1);
+    assert!(p.unschedulable[0].reason.contains("minValues"), "{}", p.unschedulable[0].reason);
+}
+
+#[test]
+fn a_pod_larger_than_any_type_names_the_largest_allowed_type() {
+    let yaml = format!(
+        "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {{name: default}}
+spec:
+  template:
+    spec:
+      requirements: [{{key: tailor.sh/sku-cpu, operator: Lte, values: ['4']}}, {{key: tailor.sh/sku-family, operator: In, values: [D]}}]
+      nodeClassRef: {{name: default}}
+{}",
+        pods("big", 1, "1", "16Gi", "")
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.unschedulable, 1);
+    let reason = &p.unschedulable[0].reason;
+    assert!(reason.contains("no instance type has 16Gi memory free after overhead and DaemonSets"), "{reason}");
+    assert!(reason.contains("largest allowed is Standard_D4"), "{reason}");
+}
+
+#[test]
+fn cost_aware_packing_is_never_worse_than_greedy_and_valid() {
+    let yaml = format!(
+        "{POOL}{}{}",
+        pods("small", 50, "900m", "3100Mi", ""),
+        pods("large", 50, "3500m", "28Gi", "")
+    );
+    let (_, greedy) = plan_with(&yaml, &Options { cost_aware: false, ..Options::default() });
+    let (_, tailored) = plan_with(&yaml, &Options::default());
+    assert!(tailored.summary.hourly_cost <= greedy.summary.hourly_cost + 1e-9);
+    assert_eq!(tailored.summary.scheduled_on_new, 100);
+}
+
+#[test]
+fn the_same_input_always_gives_the_same_plan() {
+    let yaml = format!("{POOL}{}{}", pods("a", 30, "700m", "1Gi", ZONE_SPREAD), pods("b", 20, "250m", "3Gi", ""));
+    assert_eq!(plan(&yaml), plan(&yaml));
+}
