@@ -98,13 +98,21 @@ status: {{phase: Running}}
 fn claim_of<'a>(plan: &'a Plan, pod_prefix: &str) -> Vec<&'a tailor::scheduling::PlannedNodeClaim> {
     plan.node_claims
         .iter()
-        .filter(|c| c.pods.iter().any(|p| p.starts_with(&format!("default/{pod_prefix}"))))
+        .filter(|c| {
+            c.pods
+                .iter()
+                .any(|p| p.starts_with(&format!("default/{pod_prefix}")))
+        })
         .collect()
 }
 
 #[test]
 fn pods_fill_existing_nodes_before_new_nodes_are_bought() {
-    let yaml = format!("{POOL}{}{}", node("n1", "eastus-1", "4", "16Gi", ""), pods("web", 3, "1", "1Gi", ""));
+    let yaml = format!(
+        "{POOL}{}{}",
+        node("n1", "eastus-1", "4", "16Gi", ""),
+        pods("web", 3, "1", "1Gi", "")
+    );
     let p = plan(&yaml);
     assert_eq!(p.summary.scheduled_on_existing, 3);
     assert!(p.node_claims.is_empty());
@@ -112,7 +120,11 @@ fn pods_fill_existing_nodes_before_new_nodes_are_bought() {
 
 #[test]
 fn pods_that_do_not_fit_existing_nodes_get_the_cheapest_new_node() {
-    let yaml = format!("{POOL}{}{}", node("n1", "eastus-1", "1", "2Gi", ""), pods("web", 2, "1500m", "3Gi", ""));
+    let yaml = format!(
+        "{POOL}{}{}",
+        node("n1", "eastus-1", "1", "2Gi", ""),
+        pods("web", 2, "1500m", "3Gi", "")
+    );
     let p = plan(&yaml);
     assert_eq!(p.summary.scheduled_on_new, 2);
     assert_eq!(p.node_claims.len(), 1);
@@ -136,7 +148,12 @@ fn a_node_selector_on_arch_buys_only_that_architecture() {
     let spec = "      nodeSelector: {kubernetes.io/arch: arm64}";
     let p = plan(&format!("{POOL}{}", pods("arm", 4, "2", "4Gi", spec)));
     assert!(!p.node_claims.is_empty());
-    assert!(p.node_claims.iter().all(|c| c.labels["kubernetes.io/arch"] == "arm64"), "{p:#?}");
+    assert!(
+        p.node_claims
+            .iter()
+            .all(|c| c.labels["kubernetes.io/arch"] == "arm64"),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -148,7 +165,12 @@ fn required_node_affinity_terms_are_ored() {
             - matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [GPU]}]
             - matchExpressions: [{key: karpenter.azure.com/sku-family, operator: In, values: [E]}]";
     let p = plan(&format!("{POOL}{}", pods("mem", 2, "1", "8Gi", spec)));
-    assert!(p.node_claims.iter().all(|c| c.labels["tailor.sh/sku-family"] == "E"), "{p:#?}");
+    assert!(
+        p.node_claims
+            .iter()
+            .all(|c| c.labels["tailor.sh/sku-family"] == "E"),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -180,13 +202,20 @@ fn an_impossible_node_selector_is_unschedulable_with_the_conflicting_key() {
     let p = plan(&format!("{POOL}{}", pods("lost", 1, "1", "1Gi", spec)));
     assert_eq!(p.summary.unschedulable, 1);
     let reason = &p.unschedulable[0].reason;
-    assert!(reason.contains("nodepool default") && reason.contains("team"), "{reason}");
+    assert!(
+        reason.contains("nodepool default") && reason.contains("team"),
+        "{reason}"
+    );
 }
 
 #[test]
 fn taints_keep_intolerant_pods_off_existing_nodes() {
     let taint = "  taints: [{key: dedicated, value: gpu, effect: NoSchedule}]";
-    let yaml = format!("{POOL}{}{}", node("gpu-1", "eastus-1", "8", "32Gi", taint), pods("web", 2, "1", "1Gi", ""));
+    let yaml = format!(
+        "{POOL}{}{}",
+        node("gpu-1", "eastus-1", "8", "32Gi", taint),
+        pods("web", 2, "1", "1Gi", "")
+    );
     let p = plan(&yaml);
     assert_eq!(p.summary.scheduled_on_existing, 0);
     assert_eq!(p.summary.scheduled_on_new, 2);
@@ -195,8 +224,13 @@ fn taints_keep_intolerant_pods_off_existing_nodes() {
 #[test]
 fn tolerations_let_pods_use_tainted_nodes() {
     let taint = "  taints: [{key: dedicated, value: gpu, effect: NoSchedule}]";
-    let spec = "      tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]";
-    let yaml = format!("{POOL}{}{}", node("gpu-1", "eastus-1", "8", "32Gi", taint), pods("web", 2, "1", "1Gi", spec));
+    let spec =
+        "      tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]";
+    let yaml = format!(
+        "{POOL}{}{}",
+        node("gpu-1", "eastus-1", "8", "32Gi", taint),
+        pods("web", 2, "1", "1Gi", spec)
+    );
     assert_eq!(plan(&yaml).summary.scheduled_on_existing, 2);
 }
 
@@ -218,15 +252,24 @@ fn nodepool_taints_must_be_tolerated_and_the_reason_names_the_taint() {
     let p = plan(&format!("{TAINTED_POOL}{}", pods("web", 1, "1", "1Gi", "")));
     assert_eq!(p.summary.unschedulable, 1);
     let reason = &p.unschedulable[0].reason;
-    assert!(reason.contains("does not tolerate taint workload=batch:NoSchedule"), "{reason}");
+    assert!(
+        reason.contains("does not tolerate taint workload=batch:NoSchedule"),
+        "{reason}"
+    );
 }
 
 #[test]
 fn startup_taints_do_not_need_tolerating_and_are_carried_on_the_claim() {
     let spec = "      tolerations: [{key: workload, operator: Exists}]";
-    let p = plan(&format!("{TAINTED_POOL}{}", pods("job", 1, "1", "1Gi", spec)));
+    let p = plan(&format!(
+        "{TAINTED_POOL}{}",
+        pods("job", 1, "1", "1Gi", spec)
+    ));
     assert_eq!(p.node_claims.len(), 1);
-    assert_eq!(p.node_claims[0].startup_taints, vec!["example.com/agent-not-ready:NoSchedule".to_string()]);
+    assert_eq!(
+        p.node_claims[0].startup_taints,
+        vec!["example.com/agent-not-ready:NoSchedule".to_string()]
+    );
 }
 
 const HOSTNAME_ANTI: &str = "      affinity:
@@ -237,7 +280,10 @@ const HOSTNAME_ANTI: &str = "      affinity:
 
 #[test]
 fn pods_with_hostname_anti_affinity_land_on_distinct_nodes() {
-    let p = plan(&format!("{POOL}{}", pods("db", 4, "500m", "1Gi", HOSTNAME_ANTI)));
+    let p = plan(&format!(
+        "{POOL}{}",
+        pods("db", 4, "500m", "1Gi", HOSTNAME_ANTI)
+    ));
     assert_eq!(claim_of(&p, "db").len(), 4);
     assert!(claim_of(&p, "db").iter().all(|c| c.pods.len() == 1));
 }
@@ -251,7 +297,10 @@ fn anti_affinity_counts_pods_already_running() {
         pods("db", 1, "500m", "1Gi", HOSTNAME_ANTI)
     );
     let p = plan(&yaml);
-    assert_eq!(p.summary.scheduled_on_existing, 0, "n1 already runs a db pod");
+    assert_eq!(
+        p.summary.scheduled_on_existing, 0,
+        "n1 already runs a db pod"
+    );
     assert_eq!(p.summary.scheduled_on_new, 1);
 }
 
@@ -307,7 +356,11 @@ fn pod_affinity_with_no_target_anywhere_is_unschedulable() {
             labelSelector: {matchLabels: {app: missing}}";
     let p = plan(&format!("{POOL}{}", pods("api", 1, "1", "2Gi", spec)));
     assert_eq!(p.summary.unschedulable, 1);
-    assert!(p.unschedulable[0].reason.contains("affinity"), "{}", p.unschedulable[0].reason);
+    assert!(
+        p.unschedulable[0].reason.contains("affinity"),
+        "{}",
+        p.unschedulable[0].reason
+    );
 }
 
 const ZONE_SPREAD: &str = "      topologySpreadConstraints:
@@ -318,12 +371,19 @@ const ZONE_SPREAD: &str = "      topologySpreadConstraints:
 
 #[test]
 fn zone_spread_puts_an_even_share_in_every_zone() {
-    let p = plan(&format!("{POOL}{}", pods("web", 9, "1", "1Gi", ZONE_SPREAD)));
+    let p = plan(&format!(
+        "{POOL}{}",
+        pods("web", 9, "1", "1Gi", ZONE_SPREAD)
+    ));
     let mut per_zone = std::collections::BTreeMap::new();
     for c in &p.node_claims {
         *per_zone.entry(c.zone.clone()).or_insert(0) += c.pods.len();
     }
-    assert_eq!(per_zone.values().copied().collect::<Vec<_>>(), vec![3, 3, 3], "{per_zone:?}");
+    assert_eq!(
+        per_zone.values().copied().collect::<Vec<_>>(),
+        vec![3, 3, 3],
+        "{per_zone:?}"
+    );
 }
 
 #[test]
@@ -336,7 +396,12 @@ fn zone_spread_counts_pods_already_running() {
         pods("web", 4, "1", "1Gi", ZONE_SPREAD)
     );
     let p = plan(&yaml);
-    let in_zone1: usize = p.node_claims.iter().filter(|c| c.zone == "eastus-1").map(|c| c.pods.len()).sum();
+    let in_zone1: usize = p
+        .node_claims
+        .iter()
+        .filter(|c| c.zone == "eastus-1")
+        .map(|c| c.pods.len())
+        .sum();
     // Zone 1 already has 2: the 4 new pods go 2/2 to the other zones.
     assert_eq!(in_zone1, 0, "{p:#?}");
 }
@@ -379,7 +444,11 @@ fn do_not_schedule_spread_that_cannot_hold_leaves_pods_pending_with_the_reason()
     // With nodeAffinityPolicy Ignore, zones 2 and 3 count (empty): only one pod fits the skew.
     assert_eq!(p.summary.scheduled_on_new, 1);
     assert_eq!(p.summary.unschedulable, 2);
-    assert!(p.unschedulable[0].reason.contains("maxSkew"), "{}", p.unschedulable[0].reason);
+    assert!(
+        p.unschedulable[0].reason.contains("maxSkew"),
+        "{}",
+        p.unschedulable[0].reason
+    );
 }
 
 #[test]
@@ -435,7 +504,10 @@ kind: AKSNodeClass
 metadata: {name: default}
 spec: {maxPods: 10}
 ";
-    let p = plan(&format!("{POOL}{class}{}", pods("tiny", 25, "10m", "16Mi", "")));
+    let p = plan(&format!(
+        "{POOL}{class}{}",
+        pods("tiny", 25, "10m", "16Mi", "")
+    ));
     assert!(p.node_claims.iter().all(|c| c.pods.len() <= 10), "{p:#?}");
     assert_eq!(p.summary.scheduled_on_new, 25);
 }
@@ -482,7 +554,11 @@ spec:
         pods("web", 2, "1", "1Gi", "")
     );
     let p = plan(&yaml);
-    assert!(p.node_claims.iter().all(|c| c.node_pool == "preferred" && c.labels["tailor.sh/sku-family"] == "E"));
+    assert!(
+        p.node_claims
+            .iter()
+            .all(|c| c.node_pool == "preferred" && c.labels["tailor.sh/sku-family"] == "E")
+    );
 }
 
 #[test]
@@ -502,10 +578,18 @@ spec:
         pods("web", 20, "1", "2Gi", "")
     );
     let (input, p) = plan_with(&yaml, &Options::default());
-    let cpus: u32 = p.node_claims.iter().map(|c| c.labels["tailor.sh/sku-cpu"].parse::<u32>().unwrap_or(0)).sum();
+    let cpus: u32 = p
+        .node_claims
+        .iter()
+        .map(|c| c.labels["tailor.sh/sku-cpu"].parse::<u32>().unwrap_or(0))
+        .sum();
     assert!(cpus <= 16, "{cpus} vCPUs bought");
     assert!(p.summary.unschedulable > 0);
-    assert!(p.unschedulable.iter().any(|u| u.reason.contains("limits")), "{:?}", p.unschedulable);
+    assert!(
+        p.unschedulable.iter().any(|u| u.reason.contains("limits")),
+        "{:?}",
+        p.unschedulable
+    );
     assert!(validate(&input, &p).is_empty());
 }
 
@@ -527,7 +611,9 @@ spec:
         pods("web", 4, "1", "2Gi", "")
     );
     let p = plan(&yaml);
-    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2" && c.capacity_type.as_str() == "spot" && c.price_is_estimate));
+    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2"
+        && c.capacity_type.as_str() == "spot"
+        && c.price_is_estimate));
 }
 
 #[test]
@@ -553,7 +639,11 @@ spec:
     assert_eq!(ok.summary.scheduled_on_new, 1);
     let p = plan(&format!("{}{}", pool(2), pods("mem", 1, "1", "10Gi", "")));
     assert_eq!(p.summary.unschedulable, 1);
-    assert!(p.unschedulable[0].reason.contains("minValues"), "{}", p.unschedulable[0].reason);
+    assert!(
+        p.unschedulable[0].reason.contains("minValues"),
+        "{}",
+        p.unschedulable[0].reason
+    );
 }
 
 #[test]
@@ -574,8 +664,14 @@ spec:
     let p = plan(&yaml);
     assert_eq!(p.summary.unschedulable, 1);
     let reason = &p.unschedulable[0].reason;
-    assert!(reason.contains("no instance type has 16Gi memory free after overhead and DaemonSets"), "{reason}");
-    assert!(reason.contains("largest allowed is Standard_D4"), "{reason}");
+    assert!(
+        reason.contains("no instance type has 16Gi memory free after overhead and DaemonSets"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("largest allowed is Standard_D4"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -585,7 +681,13 @@ fn cost_aware_packing_is_never_worse_than_greedy_and_valid() {
         pods("small", 50, "900m", "3100Mi", ""),
         pods("large", 50, "3500m", "28Gi", "")
     );
-    let (_, greedy) = plan_with(&yaml, &Options { cost_aware: false, ..Options::default() });
+    let (_, greedy) = plan_with(
+        &yaml,
+        &Options {
+            cost_aware: false,
+            ..Options::default()
+        },
+    );
     let (_, tailored) = plan_with(&yaml, &Options::default());
     assert!(tailored.summary.hourly_cost <= greedy.summary.hourly_cost + 1e-9);
     assert_eq!(tailored.summary.scheduled_on_new, 100);
@@ -593,6 +695,10 @@ fn cost_aware_packing_is_never_worse_than_greedy_and_valid() {
 
 #[test]
 fn the_same_input_always_gives_the_same_plan() {
-    let yaml = format!("{POOL}{}{}", pods("a", 30, "700m", "1Gi", ZONE_SPREAD), pods("b", 20, "250m", "3Gi", ""));
+    let yaml = format!(
+        "{POOL}{}{}",
+        pods("a", 30, "700m", "1Gi", ZONE_SPREAD),
+        pods("b", 20, "250m", "3Gi", "")
+    );
     assert_eq!(plan(&yaml), plan(&yaml));
 }

@@ -149,7 +149,10 @@ pub fn is_alias(key: &str) -> bool {
 /// until its instance type is chosen.
 pub fn is_well_known(key: &str) -> bool {
     let key = canonical_key(key);
-    matches!(key, ARCH | OS | INSTANCE_TYPE | ZONE | REGION | CAPACITY_TYPE) || key.starts_with("tailor.sh/sku-")
+    matches!(
+        key,
+        ARCH | OS | INSTANCE_TYPE | ZONE | REGION | CAPACITY_TYPE
+    ) || key.starts_with("tailor.sh/sku-")
 }
 
 /// The extended resource name of NVIDIA GPUs.

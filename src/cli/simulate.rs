@@ -17,7 +17,13 @@ use crate::state::Snapshot;
 pub struct SimulateArgs {
     /// Snapshot files or directories (YAML as `kubectl get -o yaml` writes it); repeat to
     /// merge several.
-    #[arg(long = "snapshot", short = 's', env = "TAILOR_SNAPSHOT", required = true, value_delimiter = ',')]
+    #[arg(
+        long = "snapshot",
+        short = 's',
+        env = "TAILOR_SNAPSHOT",
+        required = true,
+        value_delimiter = ','
+    )]
     pub snapshots: Vec<PathBuf>,
 
     /// Where sizes and prices come from.
@@ -30,7 +36,13 @@ pub struct SimulateArgs {
     pub greedy: bool,
 
     /// Output format.
-    #[arg(long, short = 'o', env = "TAILOR_OUTPUT", value_enum, default_value = "table")]
+    #[arg(
+        long,
+        short = 'o',
+        env = "TAILOR_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
     pub output: Format,
 }
 
@@ -50,7 +62,8 @@ pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
         };
         catalog.instance_types(&o).map_err(|e| e.to_string())
     };
-    let input = Input::from_snapshot(&snapshot, &types_for).map_err(|e| CliError::Input(e.to_string()))?;
+    let input =
+        Input::from_snapshot(&snapshot, &types_for).map_err(|e| CliError::Input(e.to_string()))?;
     let plan = scheduling::schedule(
         &input,
         &Options {
@@ -106,7 +119,11 @@ pub fn table(plan: &Plan) -> String {
                 price,
                 c.pods.len().to_string(),
                 format!("{}/{}", cores(&c.requests.cpu), cores(&c.allocatable.cpu)),
-                format!("{}/{}", bytes(&c.requests.memory), bytes(&c.allocatable.memory)),
+                format!(
+                    "{}/{}",
+                    bytes(&c.requests.memory),
+                    bytes(&c.allocatable.memory)
+                ),
                 pct(c.cpu_utilisation),
                 pct(c.memory_utilisation),
             ]);
@@ -156,7 +173,8 @@ pub fn run(args: SimulateArgs, out: &mut dyn Write) -> Result<()> {
     match args.output {
         Format::Table => out.write_all(table(&plan).as_bytes())?,
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &plan).map_err(|e| CliError::Encode(e.to_string()))?;
+            serde_json::to_writer_pretty(&mut *out, &plan)
+                .map_err(|e| CliError::Encode(e.to_string()))?;
             writeln!(out)?;
         }
         Format::Yaml => {

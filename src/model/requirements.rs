@@ -628,7 +628,11 @@ impl Requirements {
     /// Like [`Requirements::compatible`], but a key the node side leaves undefined is
     /// accepted when `undefined_ok(key)` says so. Karpenter allows undefined well-known
     /// labels on a node-to-be: the instance type chosen later defines them.
-    pub fn compatible_allowing(&self, node: &Requirements, undefined_ok: &dyn Fn(&str) -> bool) -> Result<(), Conflict> {
+    pub fn compatible_allowing(
+        &self,
+        node: &Requirements,
+        undefined_ok: &dyn Fn(&str) -> bool,
+    ) -> Result<(), Conflict> {
         for (key, mine) in &self.by_key {
             let theirs = match node.by_key.get(key) {
                 Some(t) => t.clone(),

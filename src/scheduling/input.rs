@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
 use super::pod::{HostPort, PodError, PodInfo};
 use crate::apis::{AKSNodeClass, NodePool, labels};
 use crate::model::pod::{node_requirements, parse_quantities, pod_requests};
-use crate::model::{InstanceType, NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements, Resources};
+use crate::model::{
+    InstanceType, NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements,
+    Resources,
+};
 use crate::state::Snapshot;
 
 /// Why the scheduler's input could not be built from a snapshot.
@@ -187,7 +190,9 @@ pub fn pool_from(np: &NodePool, instance_types: Vec<InstanceType>) -> Result<Poo
     })
 }
 
-fn parse_limits(map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Result<Limits, String> {
+fn parse_limits(
+    map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) -> Result<Limits, String> {
     let mut limits = Limits::default();
     let mut rest = BTreeMap::new();
     for (k, v) in map {
@@ -198,8 +203,12 @@ fn parse_limits(map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::reso
             rest.insert(k.clone(), v.clone());
         }
     }
-    limits.resources = parse_quantities(Some(&rest), "spec.limits").map_err(|e| e.source.to_string())?;
-    limits.limited = rest.keys().map(|k| crate::model::Dimension::from_name(k)).collect();
+    limits.resources =
+        parse_quantities(Some(&rest), "spec.limits").map_err(|e| e.source.to_string())?;
+    limits.limited = rest
+        .keys()
+        .map(|k| crate::model::Dimension::from_name(k))
+        .collect();
     Ok(limits)
 }
 
@@ -278,14 +287,24 @@ impl Input {
                 message: e.to_string(),
             })?;
             let mut labels = n.metadata.labels.clone().unwrap_or_default();
-            labels.entry(labels::HOSTNAME.to_string()).or_insert_with(|| name.clone());
+            labels
+                .entry(labels::HOSTNAME.to_string())
+                .or_insert_with(|| name.clone());
             nodes.push(ExistingNode {
                 pods: pods_by_node.remove(&name).unwrap_or_default(),
                 name,
                 labels,
-                taints: n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default(),
+                taints: n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.clone())
+                    .unwrap_or_default(),
                 allocatable,
-                unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+                unschedulable: n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false),
             });
         }
         // Pods bound to nodes missing from the snapshot still count for topology: they
@@ -297,7 +316,9 @@ impl Input {
             .collect();
         let mut pools = Vec::new();
         for np in &snapshot.node_pools {
-            let class = classes.get(&np.spec.template.spec.node_class_ref.name).copied();
+            let class = classes
+                .get(&np.spec.template.spec.node_class_ref.name)
+                .copied();
             let settings = node_settings(class);
             let mut pool = pool_from(np, instance_types(&settings).map_err(InputError::Catalog)?)?;
             for node in &nodes {
@@ -308,13 +329,18 @@ impl Input {
                     .map(|(_, v)| v.as_str());
                 if owner == Some(pool.name.as_str()) {
                     pool.nodes_in_use += 1;
-                    pool.in_use = pool.in_use.checked_add(&node.allocatable).unwrap_or_else(|_| pool.in_use.clone());
+                    pool.in_use = pool
+                        .in_use
+                        .checked_add(&node.allocatable)
+                        .unwrap_or_else(|_| pool.in_use.clone());
                 }
             }
             pools.push(pool);
         }
         if pools.is_empty() {
-            pools.push(default_pool(instance_types(&NodeSettings::default()).map_err(InputError::Catalog)?));
+            pools.push(default_pool(
+                instance_types(&NodeSettings::default()).map_err(InputError::Catalog)?,
+            ));
         }
         pools.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
         let mut daemon_sets = Vec::new();
@@ -340,7 +366,10 @@ impl Input {
 /// The pool used when a snapshot defines none: on-demand linux nodes of any type.
 pub fn default_pool(instance_types: Vec<InstanceType>) -> Pool {
     let requirements = Requirements::new()
-        .with(Requirement::one_of(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_ON_DEMAND]))
+        .with(Requirement::one_of(
+            labels::CAPACITY_TYPE,
+            [labels::CAPACITY_TYPE_ON_DEMAND],
+        ))
         .with(Requirement::one_of(labels::OS, [labels::OS_LINUX]))
         .with(Requirement::one_of(labels::NODE_POOL, ["default"]));
     let instance_types = instance_types

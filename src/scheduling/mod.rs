@@ -2,6 +2,7 @@
 //! rest, as strict as kube-scheduler about where a pod may run and cheaper than greedy
 //! packing. Pure: a function of its [`Input`] and [`Options`].
 
+mod index;
 pub mod input;
 pub mod packing;
 pub mod plan;
@@ -54,7 +55,11 @@ fn plan(s: &Scheduler<'_>) -> Plan {
                     on_existing.insert(node.name.clone(), mine);
                 }
             }
-            NodeKind::Planned { pool, zone, capacity_type } => {
+            NodeKind::Planned {
+                pool,
+                zone,
+                capacity_type,
+            } => {
                 if node.retired || node.pods.is_empty() {
                     continue;
                 }
@@ -66,9 +71,16 @@ fn plan(s: &Scheduler<'_>) -> Plan {
                 let it = &pool_in.instance_types[ti.index];
                 let requests = add(&node.used, &ti.overhead);
                 let alloc = &it.allocatable;
-                let share = |used: i64, cap: i64| if cap > 0 { used as f64 / cap as f64 } else { 0.0 };
+                let share = |used: i64, cap: i64| {
+                    if cap > 0 {
+                        used as f64 / cap as f64
+                    } else {
+                        0.0
+                    }
+                };
                 let alternatives: Vec<String> = node
                     .options
+                    .types
                     .iter()
                     .map(|&o| &s.pools[*pool].types[o as usize])
                     .filter(|o| o.index != ti.index && scheduler::fits(&node.used, &o.alloc))
@@ -78,7 +90,10 @@ fn plan(s: &Scheduler<'_>) -> Plan {
                 let mut node_labels = node.labels.clone();
                 node_labels.extend(it.labels());
                 node_labels.insert(labels::ZONE.to_string(), zone.clone());
-                node_labels.insert(labels::CAPACITY_TYPE.to_string(), capacity_type.as_str().to_string());
+                node_labels.insert(
+                    labels::CAPACITY_TYPE.to_string(),
+                    capacity_type.as_str().to_string(),
+                );
                 scheduled_on_new += mine.len();
                 node_claims.push(PlannedNodeClaim {
                     name: node.name.clone(),
@@ -89,7 +104,11 @@ fn plan(s: &Scheduler<'_>) -> Plan {
                     price_per_hour: price,
                     price_is_estimate: estimate,
                     pods: mine,
-                    daemon_sets: ti.daemon_sets.iter().map(|&d| s.input.daemon_sets[d].key.clone()).collect(),
+                    daemon_sets: ti
+                        .daemon_sets
+                        .iter()
+                        .map(|&d| s.input.daemon_sets[d].key.clone())
+                        .collect(),
                     requests: CpuMemory {
                         cpu: format_milli(requests[0]),
                         memory: format_value(requests[1]),
@@ -101,7 +120,11 @@ fn plan(s: &Scheduler<'_>) -> Plan {
                     cpu_utilisation: share(requests[0], alloc.cpu),
                     memory_utilisation: share(requests[1], alloc.memory),
                     alternatives,
-                    startup_taints: pool_in.startup_taints.iter().map(taints::describe).collect(),
+                    startup_taints: pool_in
+                        .startup_taints
+                        .iter()
+                        .map(taints::describe)
+                        .collect(),
                     labels: node_labels,
                 });
             }

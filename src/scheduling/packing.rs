@@ -59,7 +59,13 @@ fn max_count(req: &ResV, alloc: &ResV) -> usize {
 
 /// Fills one node of `alloc` from `rem`, taking classes in `order`, after `lead` pods of
 /// class `lead_class` have been placed.
-fn fill(classes: &[PodClass], rem: &[usize], alloc: &ResV, order: &[usize], lead: Option<(usize, usize)>) -> Vec<usize> {
+fn fill(
+    classes: &[PodClass],
+    rem: &[usize],
+    alloc: &ResV,
+    order: &[usize],
+    lead: Option<(usize, usize)>,
+) -> Vec<usize> {
     let mut counts = vec![0; classes.len()];
     let mut free = *alloc;
     if let Some((c, n)) = lead {
@@ -85,7 +91,12 @@ fn fill(classes: &[PodClass], rem: &[usize], alloc: &ResV, order: &[usize], lead
 
 /// The most valuable fill of one node type: greedy by value density, and, for up to four
 /// classes, every count of each class as a lead with the rest filled greedily.
-fn best_fill(classes: &[PodClass], rem: &[usize], weights: &[f64], alloc: &ResV) -> (f64, Vec<usize>) {
+fn best_fill(
+    classes: &[PodClass],
+    rem: &[usize],
+    weights: &[f64],
+    alloc: &ResV,
+) -> (f64, Vec<usize>) {
     let density = |c: usize| {
         let size = (0..R)
             .filter(|&i| alloc[i] > 0 && classes[c].req[i] > 0)
@@ -96,7 +107,13 @@ fn best_fill(classes: &[PodClass], rem: &[usize], weights: &[f64], alloc: &ResV)
     let live: Vec<usize> = (0..classes.len()).filter(|&c| rem[c] > 0).collect();
     let mut order = live.clone();
     order.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then(a.cmp(&b)));
-    let value = |counts: &[usize]| counts.iter().zip(weights).map(|(n, w)| *n as f64 * w).sum::<f64>();
+    let value = |counts: &[usize]| {
+        counts
+            .iter()
+            .zip(weights)
+            .map(|(n, w)| *n as f64 * w)
+            .sum::<f64>()
+    };
     let mut best = fill(classes, rem, alloc, &order, None);
     let mut best_value = value(&best);
     if live.len() <= 4 {
@@ -145,7 +162,8 @@ pub fn pack(types: &[BinType], classes: &[PodClass]) -> Option<Vec<Bin>> {
             }
             let ratio = value / ty.price.max(1e-9);
             let better = best.as_ref().is_none_or(|(r, bt, _)| {
-                ratio > *r * (1.0 + 1e-9) || ((ratio - *r).abs() <= *r * 1e-9 && ty.price < types[*bt].price)
+                ratio > *r * (1.0 + 1e-9)
+                    || ((ratio - *r).abs() <= *r * 1e-9 && ty.price < types[*bt].price)
             });
             if better {
                 best = Some((ratio, t, counts));
@@ -226,7 +244,11 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         s.unplace(p);
         let reqs = s.pods[p].info.node_requirements.clone();
         let key = (pool, format!("{:?}", reqs.alternatives()));
-        groups.entry(key).or_insert_with(|| (reqs, Vec::new())).1.push(p);
+        groups
+            .entry(key)
+            .or_insert_with(|| (reqs, Vec::new()))
+            .1
+            .push(p);
     }
     // Nodes that kept constrained pods shrink to their cheapest type; empty ones go.
     for n in 0..s.nodes.len() {
@@ -239,9 +261,15 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         }
     }
     // 2. Their free room takes lifted pods, largest first, without changing their type.
-    let mut lifted: Vec<usize> = groups.values().flat_map(|(_, ps)| ps.iter().copied()).collect();
+    let mut lifted: Vec<usize> = groups
+        .values()
+        .flat_map(|(_, ps)| ps.iter().copied())
+        .collect();
     lifted.sort_by(|&a, &b| {
-        let (ra, rb) = (s.pods[a].req.unwrap_or([0; R]), s.pods[b].req.unwrap_or([0; R]));
+        let (ra, rb) = (
+            s.pods[a].req.unwrap_or([0; R]),
+            s.pods[b].req.unwrap_or([0; R]),
+        );
         rb[0].cmp(&ra[0]).then(rb[1].cmp(&ra[1])).then(a.cmp(&b))
     });
     let mut placed_in_slack = std::collections::BTreeSet::new();
@@ -249,7 +277,9 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         if !s.nodes[n].is_planned_node() || s.nodes[n].pods.is_empty() {
             continue;
         }
-        let Some((t, _, _)) = s.chosen_type(n) else { continue };
+        let Some((t, _, _)) = s.chosen_type(n) else {
+            continue;
+        };
         let NodeKind::Planned { pool, .. } = s.nodes[n].kind else {
             continue;
         };
@@ -267,7 +297,10 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
     }
     // 3. The rest: cost-efficient packing per group, on new nodes.
     for ((pool, _), (reqs, pods)) in groups {
-        let pods: Vec<usize> = pods.into_iter().filter(|p| !placed_in_slack.contains(p)).collect();
+        let pods: Vec<usize> = pods
+            .into_iter()
+            .filter(|p| !placed_in_slack.contains(p))
+            .collect();
         if pods.is_empty() {
             continue;
         }
@@ -280,18 +313,25 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         .then_some(())
 }
 
-fn pack_group(s: &mut Scheduler<'_>, pi: usize, reqs: &NodeRequirements, pods: &[usize]) -> Option<()> {
+fn pack_group(
+    s: &mut Scheduler<'_>,
+    pi: usize,
+    reqs: &NodeRequirements,
+    pods: &[usize],
+) -> Option<()> {
     let input = s.input;
     let pool = &input.pools[pi];
-    let alt = reqs
-        .alternatives()
-        .iter()
-        .find(|a| a.compatible_allowing(&pool.requirements, &labels::is_well_known).is_ok())?;
+    let alt = reqs.alternatives().iter().find(|a| {
+        a.compatible_allowing(&pool.requirements, &labels::is_well_known)
+            .is_ok()
+    })?;
     let base = pool.requirements.intersect(alt);
     // Bin types: every compatible type at its cheapest admitted offering.
     let admitted = |o: &crate::model::Offering| {
         o.available
-            && base.get(labels::ZONE).is_none_or(|r| r.admits_value(&o.zone))
+            && base
+                .get(labels::ZONE)
+                .is_none_or(|r| r.admits_value(&o.zone))
             && base
                 .get(labels::CAPACITY_TYPE)
                 .is_none_or(|r| r.admits_value(o.capacity_type.as_str()))
@@ -341,7 +381,11 @@ fn pack_group(s: &mut Scheduler<'_>, pi: usize, reqs: &NodeRequirements, pods: &
             .offerings
             .iter()
             .filter(|o| admitted(o) && o.price_per_hour <= price)
-            .min_by(|a, b| load(&a.zone).cmp(&load(&b.zone)).then_with(|| a.zone.cmp(&b.zone)))?;
+            .min_by(|a, b| {
+                load(&a.zone)
+                    .cmp(&load(&b.zone))
+                    .then_with(|| a.zone.cmp(&b.zone))
+            })?;
         let (zone, ct) = (offering.zone.clone(), offering.capacity_type);
         let n = s.new_planned_node(pi, &base, &zone, ct, t)?;
         for (c, count) in bin.counts.iter().enumerate() {
@@ -354,7 +398,8 @@ fn pack_group(s: &mut Scheduler<'_>, pi: usize, reqs: &NodeRequirements, pods: &
         // The node must have a type that holds its pods, within minValues.
         s.chosen_type(n)?;
         let node = &s.nodes[n];
-        s.min_values_ok(pi, &node.options[node.pos..], &node.used).ok()?;
+        s.min_values_ok(pi, &node.options.types[node.pos..], &node.used)
+            .ok()?;
     }
     Some(())
 }
@@ -372,7 +417,8 @@ impl Scheduler<'_> {
             return false;
         };
         let pod = &self.pods[p];
-        if super::taints::untolerated(&self.nodes[n].taints, &pod.info.tolerations, true).is_some() {
+        if super::taints::untolerated(&self.nodes[n].taints, &pod.info.tolerations, true).is_some()
+        {
             return false;
         }
         let alts = pod.info.node_requirements.alternatives();
@@ -382,7 +428,9 @@ impl Scheduler<'_> {
         let it = &self.input.pools[pool].instance_types[self.pools[pool].types[t].index];
         let node_reqs = self.nodes[n].requirements.clone();
         for a in alts {
-            if a.compatible_allowing(&node_reqs, &labels::is_well_known).is_ok() {
+            if a.compatible_allowing(&node_reqs, &labels::is_well_known)
+                .is_ok()
+            {
                 let narrowed = node_reqs.intersect(a);
                 if it.requirements.intersects(&narrowed).is_ok() {
                     self.nodes[n].requirements = narrowed;
@@ -404,19 +452,26 @@ impl Scheduler<'_> {
     ) -> Option<usize> {
         let capacity = self.pools[pi].types[t].capacity;
         let state = &mut self.pools[pi];
-        if state.nodes_remaining <= 0 || (0..R).any(|i| state.remaining[i] != i64::MAX && capacity[i] > state.remaining[i]) {
+        if state.nodes_remaining <= 0
+            || (0..R).any(|i| state.remaining[i] != i64::MAX && capacity[i] > state.remaining[i])
+        {
             return None;
         }
         state.counter += 1;
         state.nodes_remaining -= 1;
         *state.planned_per_zone.entry(zone.to_string()).or_default() += 1;
         let pool = &self.input.pools[pi];
-        let name = format!("{}{}-{}", self.options.name_prefix, pool.name, state.counter);
+        let name = format!(
+            "{}{}-{}",
+            self.options.name_prefix, pool.name, state.counter
+        );
         let requirements = base
             .clone()
             .with(Requirement::one_of(labels::ZONE, [zone.to_string()]))
-            .with(Requirement::one_of(labels::CAPACITY_TYPE, [ct.as_str().to_string()]))
-            .with(Requirement::one_of(labels::HOSTNAME, [name.clone()]))
+            .with(Requirement::one_of(
+                labels::CAPACITY_TYPE,
+                [ct.as_str().to_string()],
+            ))
             .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
         let n = self.push_planned(pi, name, zone.to_string(), ct, requirements);
         Some(n)

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::{
+    Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::model::pod::{self as podreq, FieldError};
@@ -29,7 +31,9 @@ pub struct Selector(pub Option<Requirements>);
 impl Selector {
     /// Whether a pod's labels match.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.as_ref().is_some_and(|r| r.matches_labels(labels).is_ok())
+        self.0
+            .as_ref()
+            .is_some_and(|r| r.matches_labels(labels).is_ok())
     }
 }
 
@@ -153,7 +157,11 @@ impl PodInfo {
 
     /// Parses a Kubernetes pod.
     pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
         let key = format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or(""));
         let fail = |field: String, message: String| PodError {
             pod: key.clone(),
@@ -168,22 +176,36 @@ impl PodInfo {
         let node_requirements = podreq::node_requirements(spec).map_err(from_field)?;
         let preferred_node = podreq::preferred_node_terms(spec).map_err(from_field)?;
         let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
-        let pod_anti = spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
+        let pod_anti = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref());
         let term = |t: &PodAffinityTerm, field: String| {
             pod_term(t, &namespace, &labels).map_err(|m| fail(field, m))
         };
         let mut affinity = Vec::new();
         for (i, t) in pod_affinity
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .into_iter()
             .flatten()
             .enumerate()
         {
-            affinity.push(term(t, format!("spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"))?);
+            affinity.push(term(
+                t,
+                format!(
+                    "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
+                ),
+            )?);
         }
         let mut anti_affinity = Vec::new();
         for (i, t) in pod_anti
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .into_iter()
             .flatten()
             .enumerate()
@@ -195,30 +217,48 @@ impl PodInfo {
         }
         let mut preferred_affinity = Vec::new();
         for (i, w) in pod_affinity
-            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .into_iter()
             .flatten()
             .enumerate()
         {
-            let field = format!("spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            let field = format!(
+                "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            );
             preferred_affinity.push((w.weight, term(&w.pod_affinity_term, field)?));
         }
         let mut preferred_anti_affinity = Vec::new();
         for (i, w) in pod_anti
-            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .into_iter()
             .flatten()
             .enumerate()
         {
-            let field = format!("spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            let field = format!(
+                "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            );
             preferred_anti_affinity.push((w.weight, term(&w.pod_affinity_term, field)?));
         }
         // Lightest preferences are relaxed first.
         preferred_affinity.sort_by_key(|p| std::cmp::Reverse(p.0));
         preferred_anti_affinity.sort_by_key(|p| std::cmp::Reverse(p.0));
         let mut spread = Vec::new();
-        for (i, c) in spec.topology_spread_constraints.iter().flatten().enumerate() {
-            spread.push(spread_constraint(c, &labels).map_err(|m| fail(format!("spec.topologySpreadConstraints[{i}]"), m))?);
+        for (i, c) in spec
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+            .enumerate()
+        {
+            spread.push(
+                spread_constraint(c, &labels)
+                    .map_err(|m| fail(format!("spec.topologySpreadConstraints[{i}]"), m))?,
+            );
         }
         let mut host_ports = Vec::new();
         let sidecars = spec
@@ -231,7 +271,11 @@ impl PodInfo {
                 if let Some(port) = p.host_port.filter(|p| *p > 0) {
                     host_ports.push(HostPort {
                         protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
-                        ip: p.host_ip.clone().filter(|ip| !ip.is_empty()).unwrap_or_else(|| "0.0.0.0".to_string()),
+                        ip: p
+                            .host_ip
+                            .clone()
+                            .filter(|ip| !ip.is_empty())
+                            .unwrap_or_else(|| "0.0.0.0".to_string()),
                         port,
                     });
                 }
@@ -241,7 +285,11 @@ impl PodInfo {
             .metadata
             .owner_references
             .as_ref()
-            .and_then(|o| o.iter().find(|o| o.controller == Some(true)).or_else(|| o.first()))
+            .and_then(|o| {
+                o.iter()
+                    .find(|o| o.controller == Some(true))
+                    .or_else(|| o.first())
+            })
             .map(|o| format!("{}/{}", o.kind, o.name));
         Ok(PodInfo {
             key: key.clone(),
@@ -273,7 +321,11 @@ pub fn selector(s: Option<&LabelSelector>) -> Result<Selector, RequirementError>
         r.add(Requirement::one_of(k, [v.clone()]));
     }
     for e in s.match_expressions.iter().flatten() {
-        r.add(Requirement::new(&e.key, &e.operator, e.values.as_deref().unwrap_or_default())?);
+        r.add(Requirement::new(
+            &e.key,
+            &e.operator,
+            e.values.as_deref().unwrap_or_default(),
+        )?);
     }
     Ok(Selector(Some(r)))
 }
@@ -306,7 +358,11 @@ fn not_in(key: &str, value: &str) -> Requirement {
     Requirement::new(key, "NotIn", &[value]).unwrap_or_else(|_| Requirement::any(key))
 }
 
-fn pod_term(t: &PodAffinityTerm, namespace: &str, labels: &BTreeMap<String, String>) -> Result<PodTerm, String> {
+fn pod_term(
+    t: &PodAffinityTerm,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<PodTerm, String> {
     let sel = selector(t.label_selector.as_ref()).map_err(|e| e.to_string())?;
     let sel = merge_label_keys(
         sel,
@@ -329,17 +385,29 @@ fn pod_term(t: &PodAffinityTerm, namespace: &str, labels: &BTreeMap<String, Stri
     })
 }
 
-fn spread_constraint(c: &TopologySpreadConstraint, labels: &BTreeMap<String, String>) -> Result<Spread, String> {
+fn spread_constraint(
+    c: &TopologySpreadConstraint,
+    labels: &BTreeMap<String, String>,
+) -> Result<Spread, String> {
     if c.max_skew < 1 {
         return Err(format!("maxSkew must be at least 1, got {}", c.max_skew));
     }
     let hard = match c.when_unsatisfiable.as_str() {
         "DoNotSchedule" => true,
         "ScheduleAnyway" => false,
-        other => return Err(format!("whenUnsatisfiable {other:?} is neither DoNotSchedule nor ScheduleAnyway")),
+        other => {
+            return Err(format!(
+                "whenUnsatisfiable {other:?} is neither DoNotSchedule nor ScheduleAnyway"
+            ));
+        }
     };
     let sel = selector(c.label_selector.as_ref()).map_err(|e| e.to_string())?;
-    let sel = merge_label_keys(sel, c.match_label_keys.as_deref().unwrap_or_default(), &[], labels);
+    let sel = merge_label_keys(
+        sel,
+        c.match_label_keys.as_deref().unwrap_or_default(),
+        &[],
+        labels,
+    );
     Ok(Spread {
         max_skew: c.max_skew,
         topology_key: c.topology_key.clone(),

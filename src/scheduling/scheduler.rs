@@ -7,16 +7,21 @@
 //! packer (see [`super::packing`]) then re-packs pods that carry no inter-pod constraint
 //! onto the cheapest set of instance types.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::Taint;
 
+use super::index::{NodeIndex, Query};
 use super::input::{ExistingNode, Input, Pool};
 use super::pod::{HostPort, Namespaces, PodInfo, PodTerm, Selector, Spread};
 use super::taints;
 use crate::apis::labels;
 use crate::model::quantity::{display_bytes, display_cores};
-use crate::model::{CapacityType, Dimension, NodeRequirements, Requirement, Requirements, Resources};
+use crate::model::{
+    CapacityType, Dimension, NodeRequirements, Requirement, Requirements, Resources,
+};
 
 /// Resource vectors: cpu, memory, ephemeral-storage, pods, then up to four extended
 /// resources, in the order the input first names them.
@@ -217,6 +222,29 @@ pub(crate) struct PoolState {
     pub(crate) min_values: Vec<(String, usize)>,
 }
 
+/// A planned node's candidate types for its zone and capacity type, cheapest first, with the
+/// per-dimension maximum allocatable over each suffix of the list.
+#[derive(Debug, Default)]
+pub(crate) struct OptionList {
+    pub(crate) types: Vec<u32>,
+    suffix_max: Vec<ResV>,
+}
+
+impl OptionList {
+    fn new(types: Vec<u32>, alloc: impl Fn(u32) -> ResV) -> Self {
+        let mut suffix_max = vec![[0; R]; types.len() + 1];
+        for i in (0..types.len()).rev() {
+            suffix_max[i] = vmax(&suffix_max[i + 1], &alloc(types[i]));
+        }
+        OptionList { types, suffix_max }
+    }
+
+    /// The largest allocatable per dimension over the types from `pos` on.
+    fn upper(&self, pos: usize) -> ResV {
+        self.suffix_max.get(pos).copied().unwrap_or([0; R])
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum NodeKind {
     Existing,
@@ -240,8 +268,8 @@ pub(crate) struct Node {
     /// Existing: allocatable. Planned: per-dimension maximum over the types still open.
     pub(crate) cap_upper: ResV,
     /// Planned: indices into the pool's `types`, cheapest first for this zone and capacity
-    /// type.
-    pub(crate) options: Vec<u32>,
+    /// type (shared between nodes with the same requirements).
+    pub(crate) options: Rc<OptionList>,
     /// Planned: position in `options` of the cheapest type that holds `used`.
     pub(crate) pos: usize,
     pub(crate) pods: Vec<usize>,
@@ -254,6 +282,10 @@ pub(crate) struct Node {
     pub(crate) cordoned: bool,
     /// Planned: emptied by the packer and given back.
     pub(crate) retired: bool,
+    /// Hostname-keyed groups with a matching pod here (bit per group).
+    present_mask: u64,
+    /// Hostname-keyed groups with a pod owning the anti-affinity term here.
+    owner_mask: u64,
 }
 
 impl Node {
@@ -306,7 +338,14 @@ pub(crate) struct Scheduler<'a> {
     pub(crate) pools: Vec<PoolState>,
     pub(crate) unschedulable: Vec<(usize, String)>,
     pub(crate) options: Options,
-    min_request: ResV,
+    /// First-fit index over nodes.
+    index: NodeIndex,
+    /// Bit per hostname-keyed group (at most 64 groups get one).
+    host_bit: Vec<Option<u64>>,
+    /// Option lists by pool, requirements, zone and capacity type.
+    option_cache: RefCell<HashMap<(usize, Requirements, String, CapacityType), Rc<OptionList>>>,
+    /// Compatible types by pool and requirements.
+    compatible_cache: RefCell<HashMap<(usize, Requirements, String, CapacityType), Rc<Vec<u32>>>>,
 }
 
 fn canonical_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -356,7 +395,11 @@ struct Active {
 impl<'a> Scheduler<'a> {
     pub(crate) fn new(input: &'a Input, options: Options) -> Self {
         let mut dims = Dims::default();
-        for p in input.pending.iter().chain(input.nodes.iter().flat_map(|n| n.pods.iter())) {
+        for p in input
+            .pending
+            .iter()
+            .chain(input.nodes.iter().flat_map(|n| n.pods.iter()))
+        {
             dims.learn(&p.requests);
         }
         for n in &input.nodes {
@@ -378,7 +421,10 @@ impl<'a> Scheduler<'a> {
             pools: Vec::new(),
             unschedulable: Vec::new(),
             options,
-            min_request: [i64::MAX; R],
+            index: NodeIndex::default(),
+            host_bit: Vec::new(),
+            option_cache: RefCell::new(HashMap::new()),
+            compatible_cache: RefCell::new(HashMap::new()),
         };
         s.build();
         s
@@ -432,7 +478,11 @@ impl<'a> Scheduler<'a> {
                 anti_targets: Vec::new(),
                 owns_anti: Vec::new(),
                 node: None,
-                trivial_requirements: info.node_requirements.alternatives().iter().all(|a| a.is_empty()),
+                trivial_requirements: info
+                    .node_requirements
+                    .alternatives()
+                    .iter()
+                    .all(|a| a.is_empty()),
             };
             for s in &info.spread {
                 let g = self.group_id(&mut index, spread_key(s, &info.namespace));
@@ -489,7 +539,9 @@ impl<'a> Scheduler<'a> {
         };
         for p in &mut self.pods {
             for (g, group) in self.groups.iter().enumerate() {
-                if group.namespaces.contains(&p.info.namespace) && group.selector.matches(&p.info.labels) {
+                if group.namespaces.contains(&p.info.namespace)
+                    && group.selector.matches(&p.info.labels)
+                {
                     p.matches.push(g);
                     if required_anti[g] {
                         p.anti_targets.push(g);
@@ -507,11 +559,20 @@ impl<'a> Scheduler<'a> {
                 c.self_match = matches.contains(&c.group);
             }
         }
-        for p in self.pods.iter().take(input.pending.len()) {
-            if let Some(r) = p.req {
-                self.min_request = std::array::from_fn(|i| self.min_request[i].min(r[i]));
-            }
-        }
+        // Hostname-keyed groups get a bit for the first-fit index.
+        let mut next_bit = 0u32;
+        self.host_bit = self
+            .groups
+            .iter()
+            .map(|g| {
+                if self.keys[g.key_id] == labels::HOSTNAME && next_bit < 64 {
+                    next_bit += 1;
+                    Some(1u64 << (next_bit - 1))
+                } else {
+                    None
+                }
+            })
+            .collect();
         // Pools: instance types with DaemonSet overhead, zones, limits.
         for pool in &input.pools {
             let state = self.pool_state(pool);
@@ -523,6 +584,7 @@ impl<'a> Scheduler<'a> {
             let idx = self.nodes.len();
             let node = self.existing_node(n);
             self.nodes.push(node);
+            self.reindex(idx);
             for _ in &n.pods {
                 self.place(pod_id, idx);
                 pod_id += 1;
@@ -533,7 +595,9 @@ impl<'a> Scheduler<'a> {
     fn pool_state(&self, pool: &Pool) -> PoolState {
         let mut types = Vec::new();
         for (index, it) in pool.instance_types.iter().enumerate() {
-            let (Some(alloc), Some(capacity)) = (self.dims.vec(&it.allocatable), self.dims.vec(&it.capacity)) else {
+            let (Some(alloc), Some(capacity)) =
+                (self.dims.vec(&it.allocatable), self.dims.vec(&it.capacity))
+            else {
                 continue;
             };
             // DaemonSets whose pods would run on this type in this pool.
@@ -547,7 +611,10 @@ impl<'a> Scheduler<'a> {
                     .alternatives()
                     .iter()
                     .any(|a| a.compatible_allowing(&node_reqs, &|_| false).is_ok());
-                if tolerated && selected && let Some(v) = self.dims.vec(&ds.requests) {
+                if tolerated
+                    && selected
+                    && let Some(v) = self.dims.vec(&ds.requests)
+                {
                     overhead = add(&overhead, &v);
                     daemon_sets.push(d);
                 }
@@ -597,7 +664,10 @@ impl<'a> Scheduler<'a> {
             min_values,
             types,
             remaining,
-            nodes_remaining: pool.limits.nodes.map_or(i64::MAX, |n| n - pool.nodes_in_use),
+            nodes_remaining: pool
+                .limits
+                .nodes
+                .map_or(i64::MAX, |n| n - pool.nodes_in_use),
             zones,
             planned_per_zone: BTreeMap::new(),
             counter: 0,
@@ -615,7 +685,7 @@ impl<'a> Scheduler<'a> {
             taints: n.taints.clone(),
             used: [0; R],
             cap_upper: alloc,
-            options: Vec::new(),
+            options: Rc::default(),
             pos: 0,
             pods: Vec::new(),
             host_ports: Vec::new(),
@@ -623,6 +693,8 @@ impl<'a> Scheduler<'a> {
             reserved: [0; R],
             cordoned: n.unschedulable,
             retired: false,
+            present_mask: 0,
+            owner_mask: 0,
         };
         node.domains = self.node_domains(&node);
         node
@@ -633,7 +705,12 @@ impl<'a> Scheduler<'a> {
             .map(|k| {
                 let key = self.keys[k].clone();
                 let value = if key == labels::HOSTNAME {
-                    Some(node.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| node.name.clone()))
+                    Some(
+                        node.labels
+                            .get(labels::HOSTNAME)
+                            .cloned()
+                            .unwrap_or_else(|| node.name.clone()),
+                    )
                 } else {
                     node.labels.get(labels::canonical_key(&key)).cloned()
                 };
@@ -648,21 +725,43 @@ impl<'a> Scheduler<'a> {
         let node = &mut self.nodes[n];
         node.used = add(&node.used, &req);
         node.pods.push(p);
-        node.host_ports.extend(self.pods[p].info.host_ports.iter().cloned());
+        node.host_ports
+            .extend(self.pods[p].info.host_ports.iter().cloned());
         for &g in &self.pods[p].matches {
             let group = &mut self.groups[g];
             if let Some(d) = node.domains[group.key_id] {
                 bump(&mut group.counts, d);
                 group.total += 1;
+                if let Some(bit) = self.host_bit[g] {
+                    node.present_mask |= bit;
+                }
             }
         }
         for &g in &self.pods[p].owns_anti {
             let group = &mut self.groups[g];
             if let Some(d) = node.domains[group.key_id] {
                 bump(&mut group.owners, d);
+                if let Some(bit) = self.host_bit[g] {
+                    node.owner_mask |= bit;
+                }
             }
         }
         self.pods[p].node = Some(n);
+        self.reindex(n);
+    }
+
+    /// Updates node `n` in the first-fit index.
+    pub(crate) fn reindex(&mut self, n: usize) {
+        let node = &self.nodes[n];
+        let open = !node.retired && !node.cordoned;
+        let value = open.then(|| {
+            (
+                sub(&node.cap_upper, &node.used),
+                node.present_mask,
+                node.owner_mask,
+            )
+        });
+        self.index.set(n, value);
     }
 
     /// Reverses [`Scheduler::place`] (used by the packer).
@@ -686,6 +785,11 @@ impl<'a> Scheduler<'a> {
             {
                 *c -= 1;
                 group.total -= 1;
+                if *c == 0
+                    && let Some(bit) = self.host_bit[g]
+                {
+                    node.present_mask &= !bit;
+                }
             }
         }
         for &g in &self.pods[p].owns_anti {
@@ -694,8 +798,14 @@ impl<'a> Scheduler<'a> {
                 && let Some(c) = group.owners.get_mut(d as usize)
             {
                 *c -= 1;
+                if *c == 0
+                    && let Some(bit) = self.host_bit[g]
+                {
+                    node.owner_mask &= !bit;
+                }
             }
         }
+        self.reindex(n);
     }
 
     /// The relaxation steps available for a pod, in order.
@@ -766,15 +876,52 @@ impl<'a> Scheduler<'a> {
             // A node that does not exist yet is a domain with no matching pods.
             return 0;
         }
+        let is_zone = labels::canonical_key(key) == labels::ZONE;
+        if is_zone && active.trivial && !honor_taints {
+            // Every node is eligible: the domains are every zone a node is in, plus the
+            // zones a new node could take (empty ones count zero).
+            let interned = &self.domains[group.key_id];
+            let mut n_domains = interned.names.len();
+            if can_create {
+                for (pi, pool) in self.pools.iter().enumerate() {
+                    if self.pool_admits(pi, p, active).is_ok() {
+                        for z in &pool.zones {
+                            if !interned.ids.contains_key(z) {
+                                n_domains += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            let below_min_domains = min_domains.is_some_and(|m| (n_domains as i64) < i64::from(m));
+            if n_domains > interned.names.len() || below_min_domains {
+                return 0;
+            }
+            return (0..interned.names.len() as u32)
+                .map(|d| at(&group.counts, d))
+                .min()
+                .unwrap_or(0);
+        }
         let mut domains: BTreeSet<u32> = BTreeSet::new();
         for node in &self.nodes {
+            if node.retired {
+                continue;
+            }
             let Some(d) = node.domains[group.key_id] else {
                 continue;
             };
-            if honor_node_affinity && !active.trivial && self.requirements_match(node, &active.node_requirements).is_err() {
+            if honor_node_affinity
+                && !active.trivial
+                && self
+                    .requirements_match(node, &active.node_requirements)
+                    .is_err()
+            {
                 continue;
             }
-            if honor_taints && taints::untolerated(&node.taints, &self.pods[p].info.tolerations, false).is_some() {
+            if honor_taints
+                && taints::untolerated(&node.taints, &self.pods[p].info.tolerations, false)
+                    .is_some()
+            {
                 continue;
             }
             domains.insert(d);
@@ -798,14 +945,30 @@ impl<'a> Scheduler<'a> {
         {
             return 0;
         }
-        domains.iter().map(|d| at(&group.counts, *d)).min().unwrap_or(0)
+        domains
+            .iter()
+            .map(|d| at(&group.counts, *d))
+            .min()
+            .unwrap_or(0)
     }
 
     /// Whether a node's topology domains satisfy the pod's active constraints.
-    fn topology_ok(&self, p: usize, n: usize, active: &Active, can_create: bool) -> Result<(), String> {
+    fn topology_ok(
+        &self,
+        p: usize,
+        n: usize,
+        active: &Active,
+        can_create: bool,
+    ) -> Result<(), String> {
         let node = &self.nodes[n];
         for c in &active.cons {
-            self.domain_ok(c, node.domains[self.groups[c.group].key_id], p, active, can_create)?;
+            self.domain_ok(
+                c,
+                node.domains[self.groups[c.group].key_id],
+                p,
+                active,
+                can_create,
+            )?;
         }
         for &g in &self.pods[p].anti_targets {
             let group = &self.groups[g];
@@ -821,7 +984,14 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
-    fn domain_ok(&self, c: &Con, d: Option<u32>, p: usize, active: &Active, can_create: bool) -> Result<(), String> {
+    fn domain_ok(
+        &self,
+        c: &Con,
+        d: Option<u32>,
+        p: usize,
+        active: &Active,
+        can_create: bool,
+    ) -> Result<(), String> {
         let group = &self.groups[c.group];
         let key = &self.keys[group.key_id];
         match group.kind {
@@ -832,7 +1002,9 @@ impl<'a> Scheduler<'a> {
                 let min = self.spread_min(c.group, p, active, can_create);
                 let count = i64::from(at(&group.counts, d)) + i64::from(c.self_match);
                 if count - i64::from(min) > i64::from(max_skew) {
-                    return Err(format!("topology spread on {key} would exceed maxSkew {max_skew}"));
+                    return Err(format!(
+                        "topology spread on {key} would exceed maxSkew {max_skew}"
+                    ));
                 }
             }
             Kind::Affinity => {
@@ -841,14 +1013,20 @@ impl<'a> Scheduler<'a> {
                 }
                 match d {
                     Some(d) if at(&group.counts, d) > 0 => {}
-                    _ => return Err(format!("pod affinity on {key} finds no matching pod in the node's domain")),
+                    _ => {
+                        return Err(format!(
+                            "pod affinity on {key} finds no matching pod in the node's domain"
+                        ));
+                    }
                 }
             }
             Kind::Anti => {
                 if let Some(d) = d
                     && at(&group.counts, d) > 0
                 {
-                    return Err(format!("pod anti-affinity on {key} conflicts with a pod in the node's domain"));
+                    return Err(format!(
+                        "pod anti-affinity on {key} conflicts with a pod in the node's domain"
+                    ));
                 }
             }
         }
@@ -859,7 +1037,10 @@ impl<'a> Scheduler<'a> {
         let r = if node.is_planned() {
             reqs.alternatives()
                 .iter()
-                .find(|a| a.compatible_allowing(&node.requirements, &labels::is_well_known).is_ok())
+                .find(|a| {
+                    a.compatible_allowing(&node.requirements, &labels::is_well_known)
+                        .is_ok()
+                })
                 .map(|_| ())
                 .ok_or(())
         } else {
@@ -868,7 +1049,8 @@ impl<'a> Scheduler<'a> {
         r.map_err(|()| {
             let conflict = reqs.alternatives().iter().find_map(|a| {
                 if node.is_planned() {
-                    a.compatible_allowing(&node.requirements, &labels::is_well_known).err()
+                    a.compatible_allowing(&node.requirements, &labels::is_well_known)
+                        .err()
                 } else {
                     a.matches_labels(&node.labels).err()
                 }
@@ -889,10 +1071,18 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Tries pod `p` on existing node `n`.
-    fn try_existing(&self, p: usize, n: usize, active: &Active) -> Result<(), String> {
+    fn try_existing(
+        &self,
+        p: usize,
+        n: usize,
+        active: &Active,
+        can_create: bool,
+    ) -> Result<(), String> {
         let node = &self.nodes[n];
         let pod = &self.pods[p];
-        let req = pod.req.ok_or("requests an extended resource this pass cannot track")?;
+        let req = pod
+            .req
+            .ok_or("requests an extended resource this pass cannot track")?;
         let need = add(&node.used, &req);
         if !fits(&need, &node.cap_upper) {
             let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
@@ -901,7 +1091,11 @@ impl<'a> Scheduler<'a> {
         if node.cordoned {
             return Err("node is cordoned".to_string());
         }
-        if let Some(t) = taints::untolerated(&node.taints, &pod.info.tolerations, active.prefer_no_schedule) {
+        if let Some(t) = taints::untolerated(
+            &node.taints,
+            &pod.info.tolerations,
+            active.prefer_no_schedule,
+        ) {
             return Err(format!("untolerated taint {}", taints::describe(t)));
         }
         if !active.trivial {
@@ -910,24 +1104,36 @@ impl<'a> Scheduler<'a> {
         if !self.ports_free(p, n) {
             return Err("host port in use".to_string());
         }
-        self.topology_ok(p, n, active, true)
+        self.topology_ok(p, n, active, can_create)
     }
 
     /// Tries pod `p` on planned node `n`; on success returns the narrowed requirements
     /// (if they changed), the surviving options and the new cheapest position.
-    fn try_planned(&self, p: usize, n: usize, active: &Active) -> Result<PlannedFit, String> {
+    fn try_planned(
+        &self,
+        p: usize,
+        n: usize,
+        active: &Active,
+        can_create: bool,
+    ) -> Result<PlannedFit, String> {
         let node = &self.nodes[n];
         let NodeKind::Planned { pool, .. } = node.kind else {
             return Err("not a planned node".to_string());
         };
         let pod = &self.pods[p];
-        let req = pod.req.ok_or("requests an extended resource this pass cannot track")?;
+        let req = pod
+            .req
+            .ok_or("requests an extended resource this pass cannot track")?;
         let need = add(&node.used, &req);
         if !fits(&need, &node.cap_upper) {
             let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
             return Err(format!("insufficient {}", self.dims.name(dim)));
         }
-        if let Some(t) = taints::untolerated(&node.taints, &pod.info.tolerations, active.prefer_no_schedule) {
+        if let Some(t) = taints::untolerated(
+            &node.taints,
+            &pod.info.tolerations,
+            active.prefer_no_schedule,
+        ) {
             return Err(format!("untolerated taint {}", taints::describe(t)));
         }
         if !self.ports_free(p, n) {
@@ -940,24 +1146,32 @@ impl<'a> Scheduler<'a> {
                 .node_requirements
                 .alternatives()
                 .iter()
-                .find(|a| a.compatible_allowing(&node.requirements, &labels::is_well_known).is_ok())
-                .ok_or_else(|| self.requirements_match(node, &active.node_requirements).err().unwrap_or_default())?;
+                .find(|a| {
+                    a.compatible_allowing(&node.requirements, &labels::is_well_known)
+                        .is_ok()
+                })
+                .ok_or_else(|| {
+                    self.requirements_match(node, &active.node_requirements)
+                        .err()
+                        .unwrap_or_default()
+                })?;
             let narrowed = node.requirements.intersect(alt);
             if narrowed == node.requirements {
                 (None, None)
             } else {
-                let it = &self.input.pools[pool].instance_types;
-                let types = &self.pools[pool].types;
-                let kept: Vec<u32> = node
-                    .options
-                    .iter()
-                    .copied()
-                    .filter(|&t| it[types[t as usize].index].requirements.intersects(&narrowed).is_ok())
-                    .collect();
+                let NodeKind::Planned {
+                    zone,
+                    capacity_type,
+                    ..
+                } = &node.kind
+                else {
+                    return Err("not a planned node".to_string());
+                };
+                let kept = self.option_list(pool, &narrowed, zone, *capacity_type);
                 (Some(narrowed), Some(kept))
             }
         };
-        let opts = options.as_deref().unwrap_or(&node.options);
+        let opts: &[u32] = &options.as_ref().unwrap_or(&node.options).types;
         let types = &self.pools[pool].types;
         let start = if options.is_some() { 0 } else { node.pos };
         let pos = (start..opts.len())
@@ -969,9 +1183,12 @@ impl<'a> Scheduler<'a> {
         let delta = sub(&new_reserved, &node.reserved);
         let remaining = &self.pools[pool].remaining;
         if (0..R).any(|i| remaining[i] != i64::MAX && delta[i] > remaining[i]) {
-            return Err(format!("nodepool {} limits reached", self.input.pools[pool].name));
+            return Err(format!(
+                "nodepool {} limits reached",
+                self.input.pools[pool].name
+            ));
         }
-        self.topology_ok(p, n, active, true)?;
+        self.topology_ok(p, n, active, can_create)?;
         Ok(PlannedFit {
             requirements,
             options,
@@ -1006,26 +1223,84 @@ impl<'a> Scheduler<'a> {
         self.refresh_upper(n);
     }
 
-    /// Recomputes a planned node's per-dimension upper bound over the types that can still
-    /// hold its pods, dropping cheaper types that no longer can.
+    /// Recomputes a planned node's per-dimension upper bound over the types from its
+    /// cheapest fitting one on (cheaper types that cannot hold its pods never will).
     pub(crate) fn refresh_upper(&mut self, n: usize) {
-        let NodeKind::Planned { pool, .. } = self.nodes[n].kind else {
-            return;
-        };
-        let types = &self.pools[pool].types;
         let node = &mut self.nodes[n];
-        let pos = node.pos.min(node.options.len());
-        node.options.drain(..pos);
-        node.pos = 0;
-        node.cap_upper = node
-            .options
-            .iter()
-            .fold([0; R], |acc, &t| vmax(&acc, &types[t as usize].alloc));
+        if node.is_planned() {
+            node.cap_upper = node.options.upper(node.pos);
+        }
+        self.reindex(n);
+    }
+
+    /// The pool's types (indices into its `types`) whose labels these requirements admit.
+    fn compatible_types(&self, pool: usize, requirements: &Requirements) -> Rc<Vec<u32>> {
+        let key = (
+            pool,
+            requirements.clone(),
+            String::new(),
+            CapacityType::OnDemand,
+        );
+        if let Some(list) = self.compatible_cache.borrow().get(&key) {
+            return list.clone();
+        }
+        let its = &self.input.pools[pool].instance_types;
+        let list: Rc<Vec<u32>> = Rc::new(
+            self.pools[pool]
+                .types
+                .iter()
+                .enumerate()
+                .filter(|(_, ti)| its[ti.index].requirements.intersects(requirements).is_ok())
+                .map(|(t, _)| t as u32)
+                .collect(),
+        );
+        self.compatible_cache.borrow_mut().insert(key, list.clone());
+        list
+    }
+
+    /// The candidate types for nodes of a pool with these requirements in one zone and
+    /// capacity type, cheapest first; shared between nodes.
+    pub(crate) fn option_list(
+        &self,
+        pool: usize,
+        requirements: &Requirements,
+        zone: &str,
+        ct: CapacityType,
+    ) -> Rc<OptionList> {
+        let key = (pool, requirements.clone(), zone.to_string(), ct);
+        if let Some(list) = self.option_cache.borrow().get(&key) {
+            return list.clone();
+        }
+        let its = &self.input.pools[pool].instance_types;
+        let types = &self.pools[pool].types;
+        let mut options: Vec<(f64, u32)> = Vec::new();
+        for &t in self.compatible_types(pool, requirements).iter() {
+            let it = &its[types[t as usize].index];
+            if let Some(o) = it
+                .offerings
+                .iter()
+                .find(|o| o.available && o.zone == zone && o.capacity_type == ct)
+            {
+                options.push((o.price_per_hour, t));
+            }
+        }
+        options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let list = Rc::new(OptionList::new(
+            options.into_iter().map(|(_, t)| t).collect(),
+            |t| types[t as usize].alloc,
+        ));
+        self.option_cache.borrow_mut().insert(key, list.clone());
+        list
     }
 
     /// Karpenter's `minValues`: the types that still hold `need` must span enough distinct
     /// values of each such key, so a launch can fall back across them.
-    pub(crate) fn min_values_ok(&self, pool: usize, options: &[u32], need: &ResV) -> Result<(), String> {
+    pub(crate) fn min_values_ok(
+        &self,
+        pool: usize,
+        options: &[u32],
+        need: &ResV,
+    ) -> Result<(), String> {
         let state = &self.pools[pool];
         if state.min_values.is_empty() {
             return Ok(());
@@ -1036,7 +1311,12 @@ impl<'a> Scheduler<'a> {
                 .iter()
                 .map(|&t| &state.types[t as usize])
                 .filter(|ti| fits(need, &ti.alloc))
-                .filter_map(|ti| its[ti.index].requirements.get(key).and_then(|r| r.single_value()))
+                .filter_map(|ti| {
+                    its[ti.index]
+                        .requirements
+                        .get(key)
+                        .and_then(|r| r.single_value())
+                })
                 .collect();
             if values.len() < *min {
                 return Err(format!(
@@ -1052,7 +1332,11 @@ impl<'a> Scheduler<'a> {
     fn pool_admits(&self, pi: usize, p: usize, active: &Active) -> Result<(), String> {
         let pool = &self.input.pools[pi];
         let pod = &self.pods[p];
-        if let Some(t) = taints::untolerated(&pool.taints, &pod.info.tolerations, active.prefer_no_schedule) {
+        if let Some(t) = taints::untolerated(
+            &pool.taints,
+            &pod.info.tolerations,
+            active.prefer_no_schedule,
+        ) {
             return Err(format!("does not tolerate taint {}", taints::describe(t)));
         }
         if !active.trivial
@@ -1086,7 +1370,9 @@ impl<'a> Scheduler<'a> {
 
     fn plan_new(&mut self, pi: usize, p: usize, active: &Active) -> Result<usize, String> {
         self.pool_admits(pi, p, active)?;
-        let req = self.pods[p].req.ok_or("requests an extended resource this pass cannot track")?;
+        let req = self.pods[p]
+            .req
+            .ok_or("requests an extended resource this pass cannot track")?;
         let input = self.input;
         let pool = &input.pools[pi];
         let state = &self.pools[pi];
@@ -1102,42 +1388,46 @@ impl<'a> Scheduler<'a> {
                 .node_requirements
                 .alternatives()
                 .iter()
-                .find(|a| a.compatible_allowing(&pool.requirements, &labels::is_well_known).is_ok())
+                .find(|a| {
+                    a.compatible_allowing(&pool.requirements, &labels::is_well_known)
+                        .is_ok()
+                })
                 .cloned()
                 .unwrap_or_default()
         };
         let base = pool.requirements.intersect(&alt);
         let its = &pool.instance_types;
         // Types compatible with the requirements that hold the pod.
+        let compatible = self.compatible_types(pi, &base);
         let mut candidates: Vec<u32> = Vec::new();
         let mut largest: Option<u32> = None;
-        let mut compatible_count = 0;
-        for (t, ti) in state.types.iter().enumerate() {
-            if its[ti.index].requirements.intersects(&base).is_err() {
-                continue;
-            }
-            compatible_count += 1;
+        let compatible_count = compatible.len();
+        for &t in compatible.iter() {
+            let ti = &state.types[t as usize];
             if largest.is_none_or(|l| {
                 let a = &state.types[l as usize].alloc;
                 (ti.alloc[1], ti.alloc[0]) > (a[1], a[0])
             }) {
-                largest = Some(t as u32);
+                largest = Some(t);
             }
             if !fits(&req, &ti.alloc) {
                 continue;
             }
-            let within = (0..R).all(|i| state.remaining[i] == i64::MAX || ti.capacity[i] <= state.remaining[i]);
+            let within = (0..R)
+                .all(|i| state.remaining[i] == i64::MAX || ti.capacity[i] <= state.remaining[i]);
             if within {
-                candidates.push(t as u32);
+                candidates.push(t);
             }
         }
         if candidates.is_empty() {
             if compatible_count == 0 {
-                return Err("no instance type satisfies the pod's and the pool's requirements".to_string());
+                return Err(
+                    "no instance type satisfies the pod's and the pool's requirements".to_string(),
+                );
             }
-            let any_fits = state.types.iter().any(|ti| {
-                its[ti.index].requirements.intersects(&base).is_ok() && fits(&req, &ti.alloc)
-            });
+            let any_fits = compatible
+                .iter()
+                .any(|&t| fits(&req, &state.types[t as usize].alloc));
             if any_fits {
                 return Err("limits reached".to_string());
             }
@@ -1161,13 +1451,21 @@ impl<'a> Scheduler<'a> {
         // admit, checked against the pod's topology constraints on zone.
         let mut choices: BTreeMap<(String, CapacityType), f64> = BTreeMap::new();
         for &t in &candidates {
-            for o in its[state.types[t as usize].index].offerings.iter().filter(|o| o.available) {
-                let zone_ok = base.get(labels::ZONE).is_none_or(|r| r.admits_value(&o.zone));
+            for o in its[state.types[t as usize].index]
+                .offerings
+                .iter()
+                .filter(|o| o.available)
+            {
+                let zone_ok = base
+                    .get(labels::ZONE)
+                    .is_none_or(|r| r.admits_value(&o.zone));
                 let ct_ok = base
                     .get(labels::CAPACITY_TYPE)
                     .is_none_or(|r| r.admits_value(o.capacity_type.as_str()));
                 if zone_ok && ct_ok {
-                    let e = choices.entry((o.zone.clone(), o.capacity_type)).or_insert(f64::INFINITY);
+                    let e = choices
+                        .entry((o.zone.clone(), o.capacity_type))
+                        .or_insert(f64::INFINITY);
                     *e = e.min(o.price_per_hour);
                 }
             }
@@ -1175,7 +1473,10 @@ impl<'a> Scheduler<'a> {
         if choices.is_empty() {
             return Err("no available offering in an allowed zone and capacity type".to_string());
         }
-        let zone_key = self.keys.iter().position(|k| labels::canonical_key(k) == labels::ZONE);
+        let zone_key = self
+            .keys
+            .iter()
+            .position(|k| labels::canonical_key(k) == labels::ZONE);
         let mut best: Option<((i64, f64, usize, String), (String, CapacityType))> = None;
         let mut topo_reason = None;
         for ((zone, ct), price) in &choices {
@@ -1195,15 +1496,21 @@ impl<'a> Scheduler<'a> {
                         break;
                     }
                     if let Kind::Spread { .. } = self.groups[c.group].kind {
-                        spread_count += i64::from(zone_domain.map_or(0, |d| at(&self.groups[c.group].counts, d)));
+                        spread_count += i64::from(
+                            zone_domain.map_or(0, |d| at(&self.groups[c.group].counts, d)),
+                        );
                     }
                 }
                 if ok {
                     for &g in &self.pods[p].anti_targets {
                         let group = &self.groups[g];
-                        if group.key_id == k && zone_domain.is_some_and(|d| at(&group.owners, d) > 0) {
+                        if group.key_id == k
+                            && zone_domain.is_some_and(|d| at(&group.owners, d) > 0)
+                        {
                             ok = false;
-                            topo_reason = Some("an existing pod's anti-affinity excludes the zone".to_string());
+                            topo_reason = Some(
+                                "an existing pod's anti-affinity excludes the zone".to_string(),
+                            );
                         }
                     }
                 }
@@ -1223,25 +1530,35 @@ impl<'a> Scheduler<'a> {
                     .is_lt()
             });
             if better {
-                best = Some(((spread_count, *price, balance, zone.clone()), (zone.clone(), *ct)));
+                best = Some((
+                    (spread_count, *price, balance, zone.clone()),
+                    (zone.clone(), *ct),
+                ));
             }
         }
         let Some((_, (zone, ct))) = best else {
-            return Err(topo_reason.unwrap_or_else(|| "no zone satisfies the pod's topology".to_string()));
+            return Err(
+                topo_reason.unwrap_or_else(|| "no zone satisfies the pod's topology".to_string())
+            );
         };
         // Build the node.
         let state = &mut self.pools[pi];
         state.counter += 1;
         state.nodes_remaining -= 1;
         *state.planned_per_zone.entry(zone.clone()).or_default() += 1;
-        let name = format!("{}{}-{}", self.options.name_prefix, pool.name, state.counter);
+        let name = format!(
+            "{}{}-{}",
+            self.options.name_prefix, pool.name, state.counter
+        );
         let requirements = base
             .with(Requirement::one_of(labels::ZONE, [zone.clone()]))
-            .with(Requirement::one_of(labels::CAPACITY_TYPE, [ct.as_str().to_string()]))
-            .with(Requirement::one_of(labels::HOSTNAME, [name.clone()]))
+            .with(Requirement::one_of(
+                labels::CAPACITY_TYPE,
+                [ct.as_str().to_string()],
+            ))
             .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
         let n = self.push_planned(pi, name, zone.clone(), ct, requirements);
-        match self.try_planned(p, n, active) {
+        match self.try_planned(p, n, active, true) {
             Ok(fit) => {
                 self.apply_planned(n, fit);
                 self.place(p, n);
@@ -1249,6 +1566,7 @@ impl<'a> Scheduler<'a> {
             }
             Err(e) => {
                 // Roll back the empty node.
+                self.index.set(n, None);
                 let node = self.nodes.pop();
                 let state = &mut self.pools[pi];
                 state.nodes_remaining += 1;
@@ -1266,8 +1584,39 @@ impl<'a> Scheduler<'a> {
         }
     }
 
+    /// The index query for a pod: its requests, and the hostname-keyed groups whose
+    /// presence on a node rules the node out.
+    fn query(&self, p: usize, active: &Active, can_create: bool) -> Query {
+        let pod = &self.pods[p];
+        let mut q = Query {
+            need: pod.req.unwrap_or([0; R]),
+            avoid_present: 0,
+            avoid_owners: 0,
+        };
+        for c in &active.cons {
+            let Some(bit) = self.host_bit[c.group] else {
+                continue;
+            };
+            match self.groups[c.group].kind {
+                Kind::Anti => q.avoid_present |= bit,
+                // With a new node possible the smallest count is 0, so maxSkew 1 rules out
+                // every node that already has a matching pod.
+                Kind::Spread { max_skew: 1, .. } if can_create && c.self_match => {
+                    q.avoid_present |= bit
+                }
+                _ => {}
+            }
+        }
+        for &g in &pod.anti_targets {
+            if let Some(bit) = self.host_bit[g] {
+                q.avoid_owners |= bit;
+            }
+        }
+        q
+    }
+
     /// Places one pending pod, relaxing preferences as needed.
-    fn schedule_pod(&mut self, p: usize, open: &mut Vec<usize>) {
+    fn schedule_pod(&mut self, p: usize) {
         if self.pods[p].req.is_none() {
             self.unschedulable.push((
                 p,
@@ -1281,19 +1630,24 @@ impl<'a> Scheduler<'a> {
         let mut last_reasons = Vec::new();
         for level in 0..=softs.len() {
             let active = self.active(p, &softs[..level]);
-            // 1. Existing and planned nodes, in order.
+            let can_create =
+                (0..self.pools.len()).any(|pi| self.pool_admits(pi, p, &active).is_ok());
+            // 1. Existing and planned nodes, in order, through the first-fit index.
+            let query = self.query(p, &active, can_create);
+            let mut from = 0;
             let mut placed = None;
-            for &n in open.iter() {
+            while let Some(n) = self.index.first(from, &query) {
                 if self.nodes[n].is_planned() {
-                    if let Ok(fit) = self.try_planned(p, n, &active) {
+                    if let Ok(fit) = self.try_planned(p, n, &active, can_create) {
                         self.apply_planned(n, fit);
                         placed = Some(n);
                         break;
                     }
-                } else if self.try_existing(p, n, &active).is_ok() {
+                } else if self.try_existing(p, n, &active, can_create).is_ok() {
                     placed = Some(n);
                     break;
                 }
+                from = n + 1;
             }
             if let Some(n) = placed {
                 self.place(p, n);
@@ -1301,26 +1655,27 @@ impl<'a> Scheduler<'a> {
             }
             // 2. A new node.
             match self.create_node(p, &active) {
-                Ok(n) => {
-                    open.push(n);
-                    return;
-                }
+                Ok(_) => return,
                 Err(r) => last_reasons = r,
             }
         }
         let active = self.active(p, &softs);
-        let reason = self.explain(p, &active, open, &last_reasons);
+        let reason = self.explain(p, &active, &last_reasons);
         self.unschedulable.push((p, reason));
     }
 
-    fn explain(&self, p: usize, active: &Active, open: &[usize], pool_reasons: &[String]) -> String {
+    fn explain(&self, p: usize, active: &Active, pool_reasons: &[String]) -> String {
+        let can_create = (0..self.pools.len()).any(|pi| self.pool_admits(pi, p, active).is_ok());
         let mut by_reason: BTreeMap<String, usize> = BTreeMap::new();
         let mut counted = 0;
-        for &n in open {
-            let r = if self.nodes[n].is_planned() {
-                self.try_planned(p, n, active).err()
+        for (n, node) in self.nodes.iter().enumerate() {
+            if node.retired {
+                continue;
+            }
+            let r = if node.is_planned() {
+                self.try_planned(p, n, active, can_create).err()
             } else {
-                self.try_existing(p, n, active).err()
+                self.try_existing(p, n, active, can_create).err()
             };
             if let Some(r) = r {
                 *by_reason.entry(r).or_default() += 1;
@@ -1331,7 +1686,11 @@ impl<'a> Scheduler<'a> {
         if counted > 0 {
             let mut list: Vec<(String, usize)> = by_reason.into_iter().collect();
             list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let shown: Vec<String> = list.iter().take(3).map(|(r, c)| format!("{c} {r}")).collect();
+            let shown: Vec<String> = list
+                .iter()
+                .take(3)
+                .map(|(r, c)| format!("{c} {r}"))
+                .collect();
             parts.push(format!("0/{counted} nodes fit ({})", shown.join(", ")));
         }
         parts.extend(pool_reasons.iter().cloned());
@@ -1347,25 +1706,13 @@ impl<'a> Scheduler<'a> {
         order.sort_by(|&a, &b| {
             let ra = self.pods[a].req.unwrap_or([0; R]);
             let rb = self.pods[b].req.unwrap_or([0; R]);
-            rb[0].cmp(&ra[0])
+            rb[0]
+                .cmp(&ra[0])
                 .then(rb[1].cmp(&ra[1]))
                 .then_with(|| self.pods[a].info.key.cmp(&self.pods[b].info.key))
         });
-        let mut open: Vec<usize> = (0..self.nodes.len()).collect();
-        let mut since_compact = 0;
         for p in order {
-            self.schedule_pod(p, &mut open);
-            since_compact += 1;
-            if since_compact >= 64 {
-                since_compact = 0;
-                let min = self.min_request;
-                let nodes = &self.nodes;
-                // A node that cannot hold even the smallest pending pod is closed for good.
-                open.retain(|&n| {
-                    let free = sub(&nodes[n].cap_upper, &nodes[n].used);
-                    fits(&min, &free)
-                });
-            }
+            self.schedule_pod(p);
         }
     }
 
@@ -1384,6 +1731,7 @@ impl<'a> Scheduler<'a> {
         for (k, v) in requirements.single_valued_labels() {
             node_labels.insert(k, v);
         }
+        node_labels.insert(labels::HOSTNAME.to_string(), name.clone());
         let mut node = Node {
             name,
             kind: NodeKind::Planned {
@@ -1396,7 +1744,7 @@ impl<'a> Scheduler<'a> {
             taints: pool.taints.clone(),
             used: [0; R],
             cap_upper: [0; R],
-            options: Vec::new(),
+            options: Rc::default(),
             pos: 0,
             pods: Vec::new(),
             host_ports: Vec::new(),
@@ -1404,6 +1752,8 @@ impl<'a> Scheduler<'a> {
             reserved: [0; R],
             cordoned: false,
             retired: false,
+            present_mask: 0,
+            owner_mask: 0,
         };
         node.domains = self.node_domains(&node);
         let n = self.nodes.len();
@@ -1416,37 +1766,30 @@ impl<'a> Scheduler<'a> {
     /// cheapest fitting type and the capacity it counts against the pool's limits. An
     /// empty node is retired and its node count given back.
     pub(crate) fn rebuild_options(&mut self, n: usize) {
-        let NodeKind::Planned { pool, ref zone, capacity_type } = self.nodes[n].kind else {
+        let NodeKind::Planned {
+            pool,
+            ref zone,
+            capacity_type,
+        } = self.nodes[n].kind
+        else {
             return;
         };
         let zone = zone.clone();
-        let its = &self.input.pools[pool].instance_types;
+        let options = self.option_list(pool, &self.nodes[n].requirements, &zone, capacity_type);
         let types = &self.pools[pool].types;
         let node = &self.nodes[n];
-        let mut options: Vec<(f64, u32)> = Vec::new();
-        for (t, ti) in types.iter().enumerate() {
-            let it = &its[ti.index];
-            if it.requirements.intersects(&node.requirements).is_err() {
-                continue;
-            }
-            if let Some(o) = it
-                .offerings
-                .iter()
-                .find(|o| o.available && o.zone == zone && o.capacity_type == capacity_type)
-            {
-                options.push((o.price_per_hour, t as u32));
-            }
-        }
-        options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let options: Vec<u32> = options.into_iter().map(|(_, t)| t).collect();
         let pos = options
+            .types
             .iter()
             .position(|&t| fits(&node.used, &types[t as usize].alloc))
-            .unwrap_or(options.len());
+            .unwrap_or(options.types.len());
         let reserved = if node.pods.is_empty() {
             [0; R]
         } else {
-            options.get(pos).map_or(node.reserved, |&t| types[t as usize].capacity)
+            options
+                .types
+                .get(pos)
+                .map_or(node.reserved, |&t| types[t as usize].capacity)
         };
         let delta = sub(&reserved, &node.reserved);
         let state = &mut self.pools[pool];
@@ -1485,8 +1828,9 @@ impl<'a> Scheduler<'a> {
         let node = &mut self.nodes[n];
         node.reserved = [0; R];
         node.retired = true;
-        node.options.clear();
+        node.options = Rc::default();
         node.cap_upper = [0; R];
+        self.reindex(n);
     }
 
     /// Saves the mutable state of the pass.
@@ -1515,12 +1859,17 @@ impl<'a> Scheduler<'a> {
     /// that holds its pods.
     pub(crate) fn chosen_type(&self, n: usize) -> Option<(usize, f64, bool)> {
         let node = &self.nodes[n];
-        let NodeKind::Planned { pool, ref zone, capacity_type } = node.kind else {
+        let NodeKind::Planned {
+            pool,
+            ref zone,
+            capacity_type,
+        } = node.kind
+        else {
             return None;
         };
         let types = &self.pools[pool].types;
         let its = &self.input.pools[pool].instance_types;
-        node.options[node.pos..]
+        node.options.types[node.pos.min(node.options.types.len())..]
             .iter()
             .find(|&&t| fits(&node.used, &types[t as usize].alloc))
             .and_then(|&t| {
@@ -1535,7 +1884,7 @@ impl<'a> Scheduler<'a> {
 
 struct PlannedFit {
     requirements: Option<Requirements>,
-    options: Option<Vec<u32>>,
+    options: Option<Rc<OptionList>>,
     pos: usize,
     reserved: ResV,
 }

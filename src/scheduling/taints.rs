@@ -75,10 +75,22 @@ mod tests {
     #[test]
     fn equal_exists_and_wildcard_tolerations_match_like_kube_scheduler() {
         let gpu = taint("nvidia.com/gpu", "true", "NoSchedule");
-        assert!(tolerates(&toleration("nvidia.com/gpu", "Equal", "true", "NoSchedule"), &gpu));
-        assert!(!tolerates(&toleration("nvidia.com/gpu", "Equal", "false", "NoSchedule"), &gpu));
-        assert!(tolerates(&toleration("nvidia.com/gpu", "Exists", "", ""), &gpu));
-        assert!(!tolerates(&toleration("nvidia.com/gpu", "Exists", "", "NoExecute"), &gpu));
+        assert!(tolerates(
+            &toleration("nvidia.com/gpu", "Equal", "true", "NoSchedule"),
+            &gpu
+        ));
+        assert!(!tolerates(
+            &toleration("nvidia.com/gpu", "Equal", "false", "NoSchedule"),
+            &gpu
+        ));
+        assert!(tolerates(
+            &toleration("nvidia.com/gpu", "Exists", "", ""),
+            &gpu
+        ));
+        assert!(!tolerates(
+            &toleration("nvidia.com/gpu", "Exists", "", "NoExecute"),
+            &gpu
+        ));
         assert!(tolerates(&toleration("", "Exists", "", ""), &gpu));
         assert!(!tolerates(&toleration("other", "Exists", "", ""), &gpu));
     }

@@ -37,7 +37,8 @@ fn label<'l>(labels: &'l BTreeMap<String, String>, key: &str) -> Option<&'l str>
 /// Every violated constraint, described; empty when the plan is sound.
 pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
     let mut errors = Vec::new();
-    let pending: BTreeMap<&str, &PodInfo> = input.pending.iter().map(|p| (p.key.as_str(), p)).collect();
+    let pending: BTreeMap<&str, &PodInfo> =
+        input.pending.iter().map(|p| (p.key.as_str(), p)).collect();
     let mut nodes: Vec<PlacedNode<'_>> = Vec::new();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     for n in &input.nodes {
@@ -51,7 +52,9 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
             instance_type: None,
             daemon_requests: Resources::zero(),
         };
-        node.labels.entry(labels::HOSTNAME.to_string()).or_insert_with(|| n.name.clone());
+        node.labels
+            .entry(labels::HOSTNAME.to_string())
+            .or_insert_with(|| n.name.clone());
         if let Some(e) = plan.existing_nodes.iter().find(|e| e.node == n.name) {
             for key in &e.pods {
                 match pending.get(key.as_str()) {
@@ -73,8 +76,15 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
             errors.push(format!("{} names unknown nodepool {}", c.name, c.node_pool));
             continue;
         };
-        let Some(it) = pool.instance_types.iter().find(|t| t.name == c.instance_type) else {
-            errors.push(format!("{}: {} is not an instance type of nodepool {}", c.name, c.instance_type, pool.name));
+        let Some(it) = pool
+            .instance_types
+            .iter()
+            .find(|t| t.name == c.instance_type)
+        else {
+            errors.push(format!(
+                "{}: {} is not an instance type of nodepool {}",
+                c.name, c.instance_type, pool.name
+            ));
             continue;
         };
         let offered = it
@@ -82,20 +92,28 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
             .iter()
             .any(|o| o.available && o.zone == c.zone && o.capacity_type == c.capacity_type);
         if !offered {
-            errors.push(format!("{}: {} is not offered in {} as {}", c.name, it.name, c.zone, c.capacity_type));
+            errors.push(format!(
+                "{}: {} is not offered in {} as {}",
+                c.name, it.name, c.zone, c.capacity_type
+            ));
         }
         let mut node_labels = c.labels.clone();
         node_labels.insert(labels::HOSTNAME.to_string(), c.name.clone());
         // The node must satisfy its pool's requirements.
         if let Err(e) = pool.requirements.matches_labels(&node_labels) {
-            errors.push(format!("{}: labels violate nodepool {}: {e}", c.name, pool.name));
+            errors.push(format!(
+                "{}: labels violate nodepool {}: {e}",
+                c.name, pool.name
+            ));
         }
         let mut daemon_requests = Resources::zero();
         for ds in &input.daemon_sets {
             let runs = taints::untolerated(&pool.taints, &ds.tolerations, false).is_none()
                 && ds.node_requirements.matches_labels(&node_labels).is_ok();
             if runs {
-                daemon_requests = daemon_requests.checked_add(&ds.requests).unwrap_or(daemon_requests);
+                daemon_requests = daemon_requests
+                    .checked_add(&ds.requests)
+                    .unwrap_or(daemon_requests);
             }
         }
         let mut pods = Vec::new();
@@ -126,7 +144,10 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
     }
     for p in &input.pending {
         if !seen.contains(p.key.as_str()) {
-            errors.push(format!("{} is neither placed nor reported unschedulable", p.key));
+            errors.push(format!(
+                "{} is neither placed nor reported unschedulable",
+                p.key
+            ));
         }
     }
     let newly_placed: BTreeSet<&str> = seen;
@@ -152,9 +173,18 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                 ports.push(hp.clone());
             }
         }
-        for p in node.pods.iter().filter(|p| newly_placed.contains(p.key.as_str())) {
+        for p in node
+            .pods
+            .iter()
+            .filter(|p| newly_placed.contains(p.key.as_str()))
+        {
             if let Some(t) = taints::untolerated(&node.taints, &p.tolerations, false) {
-                errors.push(format!("{} on {} does not tolerate {}", p.key, node.name, taints::describe(t)));
+                errors.push(format!(
+                    "{} on {} does not tolerate {}",
+                    p.key,
+                    node.name,
+                    taints::describe(t)
+                ));
             }
             if let Err(e) = p.node_requirements.matches_labels(&node.labels) {
                 errors.push(format!("{} on {}: node affinity: {e}", p.key, node.name));
@@ -168,7 +198,10 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
         .enumerate()
         .flat_map(|(i, n)| n.pods.iter().map(move |p| (*p, i)))
         .collect();
-    for &(pod, ni) in placed.iter().filter(|(p, _)| newly_placed.contains(p.key.as_str())) {
+    for &(pod, ni) in placed
+        .iter()
+        .filter(|(p, _)| newly_placed.contains(p.key.as_str()))
+    {
         let here = &nodes[ni];
         for t in &pod.anti_affinity {
             let d = domain_of(here, &t.topology_key);
@@ -180,7 +213,10 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                     && t.selector.matches(&other.labels)
                     && domain_of(&nodes[oi], &t.topology_key) == d
                 {
-                    errors.push(format!("{} and {} share {} despite anti-affinity", pod.key, other.key, t.topology_key));
+                    errors.push(format!(
+                        "{} and {} share {} despite anti-affinity",
+                        pod.key, other.key, t.topology_key
+                    ));
                 }
             }
         }
@@ -196,22 +232,36 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                     && t.selector.matches(&pod.labels)
                     && domain_of(here, &t.topology_key) == d
                 {
-                    errors.push(format!("{} is in {}'s anti-affinity domain", pod.key, other.key));
+                    errors.push(format!(
+                        "{} is in {}'s anti-affinity domain",
+                        pod.key, other.key
+                    ));
                 }
             }
         }
         for t in &pod.affinity {
             let matching: Vec<usize> = placed
                 .iter()
-                .filter(|(o, _)| o.key != pod.key && t.namespaces.contains(&o.namespace) && t.selector.matches(&o.labels))
+                .filter(|(o, _)| {
+                    o.key != pod.key
+                        && t.namespaces.contains(&o.namespace)
+                        && t.selector.matches(&o.labels)
+                })
                 .map(|(_, i)| *i)
                 .collect();
             if matching.is_empty() {
                 continue; // a self-affine group's first pod may go anywhere
             }
             let d = domain_of(here, &t.topology_key);
-            if d.is_none() || !matching.iter().any(|&i| domain_of(&nodes[i], &t.topology_key) == d) {
-                errors.push(format!("{} has no affinity peer in its {}", pod.key, t.topology_key));
+            if d.is_none()
+                || !matching
+                    .iter()
+                    .any(|&i| domain_of(&nodes[i], &t.topology_key) == d)
+            {
+                errors.push(format!(
+                    "{} has no affinity peer in its {}",
+                    pod.key, t.topology_key
+                ));
             }
         }
         for s in pod.spread.iter().filter(|s| s.hard) {
@@ -229,7 +279,8 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                 }
             }
             for n in &nodes {
-                if s.honor_node_affinity && pod.node_requirements.matches_labels(&n.labels).is_err() {
+                if s.honor_node_affinity && pod.node_requirements.matches_labels(&n.labels).is_err()
+                {
                     continue;
                 }
                 if let Some(d) = domain_of(n, &s.topology_key) {
@@ -246,7 +297,10 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                 }
             }
             let Some(d) = domain_of(here, &s.topology_key) else {
-                errors.push(format!("{} on {} which lacks {}", pod.key, here.name, s.topology_key));
+                errors.push(format!(
+                    "{} on {} which lacks {}",
+                    pod.key, here.name, s.topology_key
+                ));
                 continue;
             };
             let min = counts.values().copied().min().unwrap_or(0);

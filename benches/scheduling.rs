@@ -1,0 +1,368 @@
+//! Scheduling benchmarks, as a program: `cargo bench --bench scheduling`.
+//!
+//! 1. Throughput on Karpenter's scheduling benchmark mix, single-threaded, N = 1k, 5k, 20k.
+//! 2. Cost quality on the "Basic" mix of Karpenter's scale test, against the exact optimum
+//!    and a Karpenter-style greedy baseline run in the same process.
+//! 3. Peak memory (VmHWM) of the 20k-pod run.
+//!
+//! Without `--bench` (as `cargo test --all-targets` runs it) it does a small smoke run.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    ResourceRequirements, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use tailor::catalog::{Catalog, CatalogOptions};
+use tailor::model::{InstanceType, Requirement, Requirements};
+use tailor::scheduling::{self, Input, Options, PodInfo, input::default_pool};
+
+/// Basic mix optimum over the candidate sizes (eastus list prices), from the issue.
+const BASIC_OPTIMUM: f64 = 102.72;
+
+/// A small deterministic generator for the benchmark's pod mix (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
+fn selector(key: &str, value: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_string(), value.to_string())])),
+        ..Default::default()
+    }
+}
+
+fn pod(
+    name: &str,
+    cpu: &str,
+    memory: &str,
+    labels: BTreeMap<String, String>,
+    affinity: Option<Affinity>,
+    spread: Vec<TopologySpreadConstraint>,
+) -> PodInfo {
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some("default".to_string()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".to_string(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(BTreeMap::from([
+                        ("cpu".to_string(), Quantity(cpu.to_string())),
+                        ("memory".to_string(), Quantity(memory.to_string())),
+                    ])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            affinity,
+            topology_spread_constraints: (!spread.is_empty()).then_some(spread),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    PodInfo::from_pod(&pod).expect("generated pods are valid")
+}
+
+/// Karpenter's benchmark mix: N/5 each of plain pods, zone spread, hostname spread, zone
+/// pod affinity and hostname anti-affinity.
+fn diverse_pods(n: usize, seed: u64) -> Vec<PodInfo> {
+    let mut rng = Rng(seed);
+    let cpus = ["100m", "250m", "500m", "1000m", "1500m"];
+    let mems = ["100Mi", "256Mi", "512Mi", "1024Mi", "2048Mi", "4096Mi"];
+    let values = ["a", "b", "c", "d", "e", "f", "g"];
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let cpu = *rng.pick(&cpus);
+        let mem = *rng.pick(&mems);
+        let v = (*rng.pick(&values)).to_string();
+        let name = format!("p{i}");
+        let spread = |key: &str, label: &str| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.to_string(),
+            when_unsatisfiable: "DoNotSchedule".to_string(),
+            label_selector: Some(selector(label, &v)),
+            ..Default::default()
+        };
+        let p = match i % 5 {
+            0 => pod(
+                &name,
+                cpu,
+                mem,
+                BTreeMap::from([("app".into(), "plain".into())]),
+                None,
+                vec![],
+            ),
+            1 => pod(
+                &name,
+                cpu,
+                mem,
+                BTreeMap::from([("zone-spread".into(), v.clone())]),
+                None,
+                vec![spread("topology.kubernetes.io/zone", "zone-spread")],
+            ),
+            2 => pod(
+                &name,
+                cpu,
+                mem,
+                BTreeMap::from([("host-spread".into(), v.clone())]),
+                None,
+                vec![spread("kubernetes.io/hostname", "host-spread")],
+            ),
+            3 => pod(
+                &name,
+                cpu,
+                mem,
+                BTreeMap::from([("affinity".into(), v.clone())]),
+                Some(Affinity {
+                    pod_affinity: Some(PodAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(vec![
+                            PodAffinityTerm {
+                                topology_key: "topology.kubernetes.io/zone".to_string(),
+                                label_selector: Some(selector("affinity", &v)),
+                                ..Default::default()
+                            },
+                        ]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                vec![],
+            ),
+            _ => pod(
+                &name,
+                cpu,
+                mem,
+                BTreeMap::from([("anti".into(), "yes".into())]),
+                Some(Affinity {
+                    pod_anti_affinity: Some(PodAntiAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(vec![
+                            PodAffinityTerm {
+                                topology_key: "kubernetes.io/hostname".to_string(),
+                                label_selector: Some(selector("anti", "yes")),
+                                ..Default::default()
+                            },
+                        ]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                vec![],
+            ),
+        };
+        out.push(p);
+    }
+    out
+}
+
+fn shared_catalog() -> Catalog {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/azure");
+    Catalog::load_dir(&dir).expect("../shared/data/azure is readable")
+}
+
+fn all_pools(types: Vec<InstanceType>) -> Input {
+    let mut pool = default_pool(types.clone());
+    // Both capacity types, as the throughput benchmark's catalog has.
+    pool.requirements =
+        Requirements::new().with(Requirement::one_of("tailor.sh/nodepool", ["default"]));
+    pool.instance_types = types;
+    Input {
+        pools: vec![pool],
+        ..Input::default()
+    }
+}
+
+fn vm_hwm_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn reset_hwm() {
+    // Writing 5 to clear_refs resets the peak resident set size (Linux 4.0+).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn throughput(
+    types: &[InstanceType],
+    sizes: &[usize],
+    repeats: usize,
+) -> Vec<(usize, f64, usize, f64)> {
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let mut input = all_pools(types.to_vec());
+        input.pending = diverse_pods(n, 42);
+        let mut best = f64::INFINITY;
+        let mut plan = None;
+        for _ in 0..repeats {
+            let start = Instant::now();
+            let p = scheduling::schedule(&input, &Options::default());
+            best = best.min(start.elapsed().as_secs_f64());
+            plan = Some(p);
+        }
+        let plan = plan.expect("ran at least once");
+        assert_eq!(plan.summary.unschedulable, 0, "every benchmark pod lands");
+        rows.push((n, best, plan.summary.new_nodes, plan.summary.hourly_cost));
+    }
+    rows
+}
+
+fn basic_mix(types: Vec<InstanceType>, small: usize, large: usize) -> Input {
+    let family = Requirement::new("tailor.sh/sku-family", "In", &["D", "E", "F"]).expect("valid");
+    let version = Requirement::new("tailor.sh/sku-version", "In", &["5", "6"]).expect("valid");
+    let od = Requirement::one_of("tailor.sh/capacity-type", ["on-demand"]);
+    let mut pool = default_pool(Vec::new());
+    pool.requirements = pool.requirements.with(family).with(version).with(od);
+    pool.instance_types = types
+        .into_iter()
+        .filter(|t| pool.requirements.intersects(&t.requirements).is_ok())
+        .collect();
+    let mut pending = Vec::new();
+    for i in 0..small {
+        pending.push(pod(
+            &format!("small-{i}"),
+            "900m",
+            "3100Mi",
+            BTreeMap::from([("app".into(), "small".into())]),
+            None,
+            vec![],
+        ));
+    }
+    for i in 0..large {
+        pending.push(pod(
+            &format!("large-{i}"),
+            "3500m",
+            "28Gi",
+            BTreeMap::from([("app".into(), "large".into())]),
+            None,
+            vec![],
+        ));
+    }
+    Input {
+        pending,
+        pools: vec![pool],
+        ..Input::default()
+    }
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let catalog = shared_catalog();
+    let mut options = CatalogOptions::for_region("eastus");
+    let types = catalog.instance_types(&options).expect("eastus is priced");
+    println!(
+        "catalog: {} eastus instance types (on-demand + estimated spot offerings)",
+        types.len()
+    );
+
+    // 1. Throughput.
+    let sizes: &[usize] = if full { &[1000, 5000, 20000] } else { &[200] };
+    let repeats = if full { 3 } else { 1 };
+    println!("\n== throughput: Karpenter's benchmark mix, single-threaded (best of {repeats}) ==");
+    println!(
+        "{:>7}  {:>9}  {:>11}  {:>6}  {:>9}",
+        "pods", "seconds", "pods/s", "nodes", "$/hour"
+    );
+    for (n, secs, nodes, cost) in throughput(&types, sizes, repeats) {
+        println!(
+            "{n:>7}  {secs:>9.3}  {:>11.0}  {nodes:>6}  {cost:>9.2}",
+            n as f64 / secs
+        );
+        if n == 20000 {
+            println!(
+                "target: <= 0.5 s for 20k pods (Karpenter published: 20.2 s on 400 types); ratio to target {:.2}",
+                secs / 0.5
+            );
+        }
+    }
+
+    // 3. Peak memory of the largest run.
+    let largest = *sizes.last().unwrap_or(&200);
+    reset_hwm();
+    let before = vm_hwm_kib();
+    let mut input = all_pools(types.clone());
+    input.pending = diverse_pods(largest, 42);
+    let plan = scheduling::schedule(&input, &Options::default());
+    let after = vm_hwm_kib();
+    println!(
+        "\n== memory: peak RSS during the {largest}-pod run: {} MiB (process peak before it: {} MiB); {} nodes ==",
+        after.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+        before.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+        plan.summary.new_nodes
+    );
+
+    // 2. Cost quality.
+    options.include_spot = false;
+    let od_types = catalog.instance_types(&options).expect("eastus is priced");
+    let (small, large) = if full { (500, 500) } else { (50, 50) };
+    let input = basic_mix(od_types, small, large);
+    println!(
+        "\n== cost: Basic mix {small} x (900m, 3100Mi) + {large} x (3500m, 28Gi), {} candidate sizes ==",
+        input.pools[0].instance_types.len()
+    );
+    let start = Instant::now();
+    let tailored = scheduling::schedule(&input, &Options::default());
+    let t_secs = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let greedy = scheduling::schedule(
+        &input,
+        &Options {
+            cost_aware: false,
+            ..Options::default()
+        },
+    );
+    let g_secs = start.elapsed().as_secs_f64();
+    assert!(
+        scheduling::validate(&input, &tailored).is_empty(),
+        "tailored plan is valid"
+    );
+    assert!(
+        scheduling::validate(&input, &greedy).is_empty(),
+        "greedy plan is valid"
+    );
+    let mut mix: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &tailored.node_claims {
+        *mix.entry(c.instance_type.clone()).or_default() += 1;
+    }
+    println!(
+        "tailor:   {:>8.2} $/hour, {:>3} nodes, {:.3} s  {mix:?}",
+        tailored.summary.hourly_cost, tailored.summary.new_nodes, t_secs
+    );
+    println!(
+        "greedy:   {:>8.2} $/hour, {:>3} nodes, {:.3} s  (largest-first, grow while anything fits, cheapest type that holds)",
+        greedy.summary.hourly_cost, greedy.summary.new_nodes, g_secs
+    );
+    if full {
+        println!(
+            "optimum:  {BASIC_OPTIMUM:>8.2} $/hour;  tailor/optimum = {:.4} (target <= 1.02);  greedy/optimum = {:.4};  tailor/greedy = {:.4}",
+            tailored.summary.hourly_cost / BASIC_OPTIMUM,
+            greedy.summary.hourly_cost / BASIC_OPTIMUM,
+            tailored.summary.hourly_cost / greedy.summary.hourly_cost
+        );
+    } else {
+        println!(
+            "tailor/greedy = {:.4}",
+            tailored.summary.hourly_cost / greedy.summary.hourly_cost
+        );
+    }
+}
