@@ -15,6 +15,7 @@ pub mod cli;
 pub mod clock;
 pub mod cloud;
 pub mod model;
+pub mod provisioning;
 pub mod report;
 pub mod scheduling;
 pub mod server;
