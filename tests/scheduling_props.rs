@@ -126,13 +126,15 @@ status:
 }
 
 fn pod_params() -> impl Strategy<Value = PodParams> {
-    (0..6usize, 0..6usize, 0..7usize, 0..3usize, 1..6u32).prop_map(|(cpu, memory, kind, value, replicas)| PodParams {
-        cpu,
-        memory,
-        kind,
-        value,
-        replicas,
-    })
+    (0..6usize, 0..6usize, 0..7usize, 0..3usize, 1..6u32).prop_map(
+        |(cpu, memory, kind, value, replicas)| PodParams {
+            cpu,
+            memory,
+            kind,
+            value,
+            replicas,
+        },
+    )
 }
 
 proptest! {

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::scheduler::{NodeKind, R, ResV, Scheduler, add, fits};
+use super::scheduler::{NodeKind, R, ResV, Scheduler, fits};
 use crate::apis::labels;
 use crate::model::{CapacityType, NodeRequirements, Requirement, Requirements};
 
@@ -272,28 +272,39 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         );
         rb[0].cmp(&ra[0]).then(rb[1].cmp(&ra[1])).then(a.cmp(&b))
     });
-    let mut placed_in_slack = std::collections::BTreeSet::new();
+    // Each kept node offers exactly its chosen type's room; the first-fit index then finds
+    // a node for each lifted pod in logarithmic time.
+    let mut kept = Vec::new();
     for n in 0..s.nodes.len() {
         if !s.nodes[n].is_planned_node() || s.nodes[n].pods.is_empty() {
             continue;
         }
-        let Some((t, _, _)) = s.chosen_type(n) else {
-            continue;
-        };
-        let NodeKind::Planned { pool, .. } = s.nodes[n].kind else {
-            continue;
-        };
-        let alloc = s.pools[pool].types[t].alloc;
-        for &p in &lifted {
-            if placed_in_slack.contains(&p) {
+        if let Some((t, _, _)) = s.chosen_type(n) {
+            s.limit_to_type(n, t);
+            kept.push(n);
+        }
+    }
+    let mut placed_in_slack = std::collections::BTreeSet::new();
+    for &p in &lifted {
+        let need = s.pods[p].req.unwrap_or([0; R]);
+        let mut from = 0;
+        while let Some(n) = s.first_fit(from, need) {
+            from = n + 1;
+            if !s.nodes[n].is_planned_node() || s.nodes[n].pods.is_empty() {
                 continue;
             }
-            let req = s.pods[p].req.unwrap_or([0; R]);
-            if fits(&add(&s.nodes[n].used, &req), &alloc) && s.free_pod_fits_planned(p, n, t) {
+            let Some((t, _, _)) = s.chosen_type(n) else {
+                continue;
+            };
+            if s.free_pod_fits_planned(p, n, t) {
                 s.place(p, n);
                 placed_in_slack.insert(p);
+                break;
             }
         }
+    }
+    for n in kept {
+        s.rebuild_options(n);
     }
     // 3. The rest: cost-efficient packing per group, on new nodes.
     for ((pool, _), (reqs, pods)) in groups {

@@ -178,8 +178,8 @@ enum Soft {
 }
 
 #[derive(Debug)]
-pub(crate) struct PodState {
-    pub(crate) info: PodInfo,
+pub(crate) struct PodState<'a> {
+    pub(crate) info: &'a PodInfo,
     pub(crate) req: Option<ResV>,
     required: Vec<Con>,
     soft_spread: Vec<Con>,
@@ -330,7 +330,7 @@ impl Interner {
 pub(crate) struct Scheduler<'a> {
     pub(crate) input: &'a Input,
     pub(crate) dims: Dims,
-    pub(crate) pods: Vec<PodState>,
+    pub(crate) pods: Vec<PodState<'a>>,
     pub(crate) nodes: Vec<Node>,
     groups: Vec<Group>,
     keys: Vec<String>,
@@ -468,7 +468,7 @@ impl<'a> Scheduler<'a> {
         let mut index: HashMap<GroupKey, usize> = HashMap::new();
         for info in &all {
             let mut st = PodState {
-                info: (*info).clone(),
+                info,
                 req: self.dims.vec(&info.requests),
                 required: Vec::new(),
                 soft_spread: Vec::new(),
@@ -748,6 +748,27 @@ impl<'a> Scheduler<'a> {
         }
         self.pods[p].node = Some(n);
         self.reindex(n);
+    }
+
+    /// Narrows a planned node's room to one type's allocatable (the packer fills kept
+    /// nodes without changing their type); `rebuild_options` restores it.
+    pub(crate) fn limit_to_type(&mut self, n: usize, t: usize) {
+        if let NodeKind::Planned { pool, .. } = self.nodes[n].kind {
+            self.nodes[n].cap_upper = self.pools[pool].types[t].alloc;
+            self.reindex(n);
+        }
+    }
+
+    /// The first open node from `from` on with `need` free.
+    pub(crate) fn first_fit(&self, from: usize, need: ResV) -> Option<usize> {
+        self.index.first(
+            from,
+            &Query {
+                need,
+                avoid_present: 0,
+                avoid_owners: 0,
+            },
+        )
     }
 
     /// Updates node `n` in the first-fit index.
@@ -1447,27 +1468,45 @@ impl<'a> Scheduler<'a> {
                 None => "no instance type fits".to_string(),
             });
         }
-        // Zone and capacity type: every offering of a candidate that the requirements
-        // admit, checked against the pod's topology constraints on zone.
-        let mut choices: BTreeMap<(String, CapacityType), f64> = BTreeMap::new();
+        // Zone and capacity type: for every pair the requirements admit, the cheapest
+        // candidate offered there, checked below against the pod's topology on zone.
+        let mut is_candidate = vec![false; state.types.len()];
         for &t in &candidates {
-            for o in its[state.types[t as usize].index]
-                .offerings
-                .iter()
-                .filter(|o| o.available)
+            is_candidate[t as usize] = true;
+        }
+        let mut choices: BTreeMap<(String, CapacityType), (f64, Requirements)> = BTreeMap::new();
+        for zone in &state.zones {
+            if base
+                .get(labels::ZONE)
+                .is_some_and(|r| !r.admits_value(zone))
             {
-                let zone_ok = base
-                    .get(labels::ZONE)
-                    .is_none_or(|r| r.admits_value(&o.zone));
-                let ct_ok = base
+                continue;
+            }
+            for ct in [CapacityType::OnDemand, CapacityType::Spot] {
+                if base
                     .get(labels::CAPACITY_TYPE)
-                    .is_none_or(|r| r.admits_value(o.capacity_type.as_str()));
-                if zone_ok && ct_ok {
-                    let e = choices
-                        .entry((o.zone.clone(), o.capacity_type))
-                        .or_insert(f64::INFINITY);
-                    *e = e.min(o.price_per_hour);
+                    .is_some_and(|r| !r.admits_value(ct.as_str()))
+                {
+                    continue;
                 }
+                let node_reqs = base
+                    .clone()
+                    .with(Requirement::one_of(labels::ZONE, [zone.clone()]))
+                    .with(Requirement::one_of(
+                        labels::CAPACITY_TYPE,
+                        [ct.as_str().to_string()],
+                    ))
+                    .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
+                let list = self.option_list(pi, &node_reqs, zone, ct);
+                let Some(&t) = list.types.iter().find(|&&t| is_candidate[t as usize]) else {
+                    continue;
+                };
+                let price = its[state.types[t as usize].index]
+                    .offerings
+                    .iter()
+                    .find(|o| o.zone == *zone && o.capacity_type == ct)
+                    .map_or(f64::INFINITY, |o| o.price_per_hour);
+                choices.insert((zone.clone(), ct), (price, node_reqs));
             }
         }
         if choices.is_empty() {
@@ -1479,7 +1518,7 @@ impl<'a> Scheduler<'a> {
             .position(|k| labels::canonical_key(k) == labels::ZONE);
         let mut best: Option<((i64, f64, usize, String), (String, CapacityType))> = None;
         let mut topo_reason = None;
-        for ((zone, ct), price) in &choices {
+        for ((zone, ct), (price, _)) in &choices {
             let zone_domain = zone_key.and_then(|k| self.domains[k].ids.get(zone).copied());
             // Check zone-keyed constraints for this zone.
             let mut ok = true;
@@ -1541,6 +1580,10 @@ impl<'a> Scheduler<'a> {
                 topo_reason.unwrap_or_else(|| "no zone satisfies the pod's topology".to_string())
             );
         };
+        let requirements = choices
+            .remove(&(zone.clone(), ct))
+            .map(|(_, r)| r)
+            .unwrap_or_default();
         // Build the node.
         let state = &mut self.pools[pi];
         state.counter += 1;
@@ -1550,13 +1593,6 @@ impl<'a> Scheduler<'a> {
             "{}{}-{}",
             self.options.name_prefix, pool.name, state.counter
         );
-        let requirements = base
-            .with(Requirement::one_of(labels::ZONE, [zone.clone()]))
-            .with(Requirement::one_of(
-                labels::CAPACITY_TYPE,
-                [ct.as_str().to_string()],
-            ))
-            .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
         let n = self.push_planned(pi, name, zone.clone(), ct, requirements);
         match self.try_planned(p, n, active, true) {
             Ok(fit) => {

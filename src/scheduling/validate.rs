@@ -323,6 +323,9 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                 count += 1;
             }
         }
+        if count == pool.nodes_in_use {
+            continue; // nothing new: a pool already over its limits is not this plan's doing
+        }
         for d in &pool.limits.limited {
             if total.get(d) > pool.limits.resources.get(d) {
                 errors.push(format!("nodepool {} exceeds its {} limit", pool.name, d));
