@@ -205,3 +205,120 @@ fn committed_crd_yaml_matches_what_tailor_crds_generates() {
         );
     }
 }
+
+fn example(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/snapshots")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn simulate_json_has_the_documented_shape() {
+    let (ok, stdout, stderr) = tailor(&[
+        "simulate",
+        "--snapshot",
+        &example("shop.yaml"),
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let plan: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    let claim = &plan["nodeClaims"][0];
+    for field in [
+        "name",
+        "nodePool",
+        "instanceType",
+        "zone",
+        "capacityType",
+        "pricePerHour",
+        "pods",
+    ] {
+        assert!(
+            !claim[field].is_null(),
+            "nodeClaims[0].{field} missing: {claim}"
+        );
+    }
+    for side in ["requests", "allocatable"] {
+        assert!(
+            claim[side]["cpu"].is_string() && claim[side]["memory"].is_string(),
+            "{claim}"
+        );
+    }
+    assert_eq!(plan["existingNodes"][0]["node"], "aks-default-7xk2p");
+    assert!(
+        plan["existingNodes"][0]["pods"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+    );
+    assert_eq!(plan["unschedulable"][0]["pod"], "shop/ml-inference-00000");
+    assert!(
+        plan["unschedulable"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("600Gi"))
+    );
+    let summary = &plan["summary"];
+    assert_eq!(summary["pods"], 30);
+    assert_eq!(summary["unschedulable"], 1);
+    let on_new: usize = plan["nodeClaims"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|c| c["pods"].as_array().map_or(0, |p| p.len()))
+        .sum();
+    assert_eq!(
+        summary["scheduledOnExisting"].as_u64().unwrap_or(0) as usize + on_new + 1,
+        30
+    );
+    let cost: f64 = plan["nodeClaims"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|c| c["pricePerHour"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert!((summary["hourlyCost"].as_f64().unwrap_or(0.0) - cost).abs() < 1e-6);
+    assert_eq!(
+        summary["newNodes"].as_u64(),
+        Some(plan["nodeClaims"].as_array().map_or(0, |c| c.len()) as u64)
+    );
+}
+
+#[test]
+fn simulate_table_shows_nodes_types_zones_prices_pods_and_utilisation() {
+    let (ok, stdout, stderr) = tailor(&["simulate", "--snapshot", &example("shop.yaml")]);
+    assert!(ok, "{stderr}");
+    let header = stdout.lines().next().expect("a header");
+    for column in [
+        "NODECLAIM",
+        "INSTANCE TYPE",
+        "ZONE",
+        "$/HOUR",
+        "PODS",
+        "CPU%",
+        "MEM%",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    assert!(stdout.contains("UNSCHEDULABLE POD"));
+    assert!(stdout.contains("30 pending pods:"), "{stdout}");
+}
+
+#[test]
+fn simulate_reports_a_broken_snapshot_with_its_document_and_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(&file, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, resources: {requests: {memory: lots}}}]\n").expect("write");
+    let (ok, stdout, stderr) = tailor(&["simulate", "--snapshot", file.to_str().expect("utf-8")]);
+    assert!(!ok);
+    assert!(
+        stdout.is_empty(),
+        "nothing is printed on a failed validation"
+    );
+    assert!(
+        stderr.contains("document 1")
+            && stderr.contains("spec.containers[0].resources.requests")
+            && stderr.contains("\"lots\""),
+        "{stderr}"
+    );
+}

@@ -702,3 +702,39 @@ fn the_same_input_always_gives_the_same_plan() {
     );
     assert_eq!(plan(&yaml), plan(&yaml));
 }
+
+#[test]
+fn in_flight_nodeclaims_count_against_nodepool_limits() {
+    let yaml = format!(
+        "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {{name: default}}
+spec:
+  limits: {{cpu: '8'}}
+  template:
+    spec:
+      requirements: [{{key: tailor.sh/sku-family, operator: In, values: [D]}}]
+      nodeClassRef: {{name: default}}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodeClaim
+metadata:
+  name: default-launching
+  labels: {{tailor.sh/nodepool: default, node.kubernetes.io/instance-type: Standard_D4s_v5}}
+spec:
+  nodeClassRef: {{name: default}}
+  requirements: []
+{}",
+        pods("web", 4, "1500m", "2Gi", "")
+    );
+    let (input, p) = plan_with(&yaml, &Options::default());
+    assert_eq!(input.pools[0].nodes_in_use, 1);
+    let cpus: u32 = p
+        .node_claims
+        .iter()
+        .map(|c| c.labels["tailor.sh/sku-cpu"].parse::<u32>().unwrap_or(0))
+        .sum();
+    assert!(cpus <= 4, "only 4 of the 8 vCPUs are left, {cpus} bought");
+    assert!(p.summary.unschedulable > 0);
+}

@@ -335,6 +335,53 @@ impl Input {
                         .unwrap_or_else(|_| pool.in_use.clone());
                 }
             }
+            // In-flight claims (launched, no node yet) count against the limits too.
+            let node_names: std::collections::BTreeSet<&str> =
+                nodes.iter().map(|n| n.name.as_str()).collect();
+            for claim in &snapshot.node_claims {
+                let claim_labels = claim.metadata.labels.clone().unwrap_or_default();
+                let owner = claim_labels
+                    .iter()
+                    .find(|(k, _)| labels::canonical_key(k) == labels::NODE_POOL)
+                    .map(|(_, v)| v.as_str());
+                let registered = claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| node_names.contains(n));
+                if owner != Some(pool.name.as_str()) || registered {
+                    continue;
+                }
+                let capacity = claim
+                    .status
+                    .as_ref()
+                    .map(|s| &s.capacity)
+                    .filter(|c| !c.is_empty())
+                    .map(|c| parse_quantities(Some(c), "status.capacity"))
+                    .transpose()
+                    .map_err(|e| InputError::NodePool {
+                        pool: pool.name.clone(),
+                        field: format!(
+                            "nodeclaim {} {}",
+                            claim.metadata.name.as_deref().unwrap_or(""),
+                            e.field
+                        ),
+                        message: e.source.to_string(),
+                    })?
+                    .or_else(|| {
+                        let size = claim_labels.get(labels::INSTANCE_TYPE)?;
+                        pool.instance_types
+                            .iter()
+                            .find(|t| &t.name == size)
+                            .map(|t| t.capacity.clone())
+                    })
+                    .unwrap_or_default();
+                pool.nodes_in_use += 1;
+                pool.in_use = pool
+                    .in_use
+                    .checked_add(&capacity)
+                    .unwrap_or_else(|_| pool.in_use.clone());
+            }
             pools.push(pool);
         }
         if pools.is_empty() {
