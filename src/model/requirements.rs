@@ -650,6 +650,23 @@ impl Requirements {
         Ok(())
     }
 
+    /// Whether a set of labels satisfies every requirement; the cheap form of
+    /// [`Requirements::matches_labels`] for when the reason is not needed.
+    pub fn admits_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.by_key.iter().all(|(key, r)| {
+            let value = labels
+                .get(key)
+                .or_else(|| {
+                    labels
+                        .iter()
+                        .find(|(k, _)| canonical_key(k) == key)
+                        .map(|(_, v)| v)
+                })
+                .map(String::as_str);
+            r.matches(value)
+        })
+    }
+
     /// Whether a concrete node's labels satisfy every requirement (kube-scheduler's
     /// node-selector match). Label keys are canonicalised before matching.
     pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> Result<(), Conflict> {
@@ -725,6 +742,11 @@ impl NodeRequirements {
     /// of the first alternative, for the reason text.
     pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> Result<(), Conflict> {
         first_success(self.alternatives.iter().map(|a| a.matches_labels(labels)))
+    }
+
+    /// Whether any alternative matches a concrete node's labels (no reason built).
+    pub fn admits_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.alternatives.iter().any(|a| a.admits_labels(labels))
     }
 
     /// Whether any alternative is compatible with a node-to-be's requirements.

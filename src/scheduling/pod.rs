@@ -31,9 +31,7 @@ pub struct Selector(pub Option<Requirements>);
 impl Selector {
     /// Whether a pod's labels match.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|r| r.matches_labels(labels).is_ok())
+        self.0.as_ref().is_some_and(|r| r.admits_labels(labels))
     }
 }
 

@@ -94,6 +94,28 @@ impl Dims {
     }
 }
 
+/// Why a node cannot take a pod. Cheap to build on the hot path; turned into words only
+/// when a pod ends up unschedulable.
+#[derive(Debug, Clone)]
+pub(crate) enum Reject {
+    /// A fixed reason.
+    Static(&'static str),
+    /// Not enough of one resource dimension.
+    Insufficient(usize),
+    /// A topology constraint of a group, with what went wrong.
+    Topology(usize, &'static str),
+    /// The pod's node affinity does not match this node.
+    NodeAffinity,
+    /// A reason built on a rare path.
+    Owned(String),
+}
+
+impl From<String> for Reject {
+    fn from(s: String) -> Self {
+        Reject::Owned(s)
+    }
+}
+
 /// Options for one scheduling pass.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -601,7 +623,11 @@ impl<'a> Scheduler<'a> {
                 continue;
             };
             // DaemonSets whose pods would run on this type in this pool.
-            let node_reqs = pool.requirements.intersect(&it.requirements);
+            let node_reqs = if self.input.daemon_sets.is_empty() {
+                Requirements::new()
+            } else {
+                pool.requirements.intersect(&it.requirements)
+            };
             let mut overhead = [0; R];
             let mut daemon_sets = Vec::new();
             for (d, ds) in self.input.daemon_sets.iter().enumerate() {
@@ -769,6 +795,33 @@ impl<'a> Scheduler<'a> {
                 avoid_owners: 0,
             },
         )
+    }
+
+    /// A rejection in words.
+    fn reject_text(&self, r: &Reject) -> String {
+        match r {
+            Reject::Static(s) => (*s).to_string(),
+            Reject::Owned(s) => s.clone(),
+            Reject::NodeAffinity => "node selector or affinity does not match".to_string(),
+            Reject::Insufficient(d) => format!("insufficient {}", self.dims.name(*d)),
+            Reject::Topology(g, what) => {
+                let group = &self.groups[*g];
+                let key = &self.keys[group.key_id];
+                match (*what, group.kind) {
+                    ("skew", Kind::Spread { max_skew, .. }) => {
+                        format!("topology spread on {key} would exceed maxSkew {max_skew}")
+                    }
+                    ("no-label", _) => format!("node has no {key} label for topology spread"),
+                    ("affinity", _) => {
+                        format!("pod affinity on {key} finds no matching pod in the node's domain")
+                    }
+                    ("anti", _) => format!(
+                        "pod anti-affinity on {key} conflicts with a pod in the node's domain"
+                    ),
+                    _ => format!("an existing pod's anti-affinity on {key} excludes it"),
+                }
+            }
+        }
     }
 
     /// Updates node `n` in the first-fit index.
@@ -980,7 +1033,7 @@ impl<'a> Scheduler<'a> {
         n: usize,
         active: &Active,
         can_create: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Reject> {
         let node = &self.nodes[n];
         for c in &active.cons {
             self.domain_ok(
@@ -996,10 +1049,7 @@ impl<'a> Scheduler<'a> {
             if let Some(d) = node.domains[group.key_id]
                 && at(&group.owners, d) > 0
             {
-                return Err(format!(
-                    "an existing pod's anti-affinity on {} excludes it",
-                    self.keys[group.key_id]
-                ));
+                return Err(Reject::Topology(g, "symmetric"));
             }
         }
         Ok(())
@@ -1012,20 +1062,17 @@ impl<'a> Scheduler<'a> {
         p: usize,
         active: &Active,
         can_create: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Reject> {
         let group = &self.groups[c.group];
-        let key = &self.keys[group.key_id];
         match group.kind {
             Kind::Spread { max_skew, .. } => {
                 let Some(d) = d else {
-                    return Err(format!("node has no {key} label for topology spread"));
+                    return Err(Reject::Topology(c.group, "no-label"));
                 };
                 let min = self.spread_min(c.group, p, active, can_create);
                 let count = i64::from(at(&group.counts, d)) + i64::from(c.self_match);
                 if count - i64::from(min) > i64::from(max_skew) {
-                    return Err(format!(
-                        "topology spread on {key} would exceed maxSkew {max_skew}"
-                    ));
+                    return Err(Reject::Topology(c.group, "skew"));
                 }
             }
             Kind::Affinity => {
@@ -1035,9 +1082,7 @@ impl<'a> Scheduler<'a> {
                 match d {
                     Some(d) if at(&group.counts, d) > 0 => {}
                     _ => {
-                        return Err(format!(
-                            "pod affinity on {key} finds no matching pod in the node's domain"
-                        ));
+                        return Err(Reject::Topology(c.group, "affinity"));
                     }
                 }
             }
@@ -1045,9 +1090,7 @@ impl<'a> Scheduler<'a> {
                 if let Some(d) = d
                     && at(&group.counts, d) > 0
                 {
-                    return Err(format!(
-                        "pod anti-affinity on {key} conflicts with a pod in the node's domain"
-                    ));
+                    return Err(Reject::Topology(c.group, "anti"));
                 }
             }
         }
@@ -1098,32 +1141,32 @@ impl<'a> Scheduler<'a> {
         n: usize,
         active: &Active,
         can_create: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Reject> {
         let node = &self.nodes[n];
         let pod = &self.pods[p];
-        let req = pod
-            .req
-            .ok_or("requests an extended resource this pass cannot track")?;
+        let req = pod.req.ok_or(Reject::Static(
+            "requests an extended resource this pass cannot track",
+        ))?;
         let need = add(&node.used, &req);
         if !fits(&need, &node.cap_upper) {
             let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
-            return Err(format!("insufficient {}", self.dims.name(dim)));
+            return Err(Reject::Insufficient(dim));
         }
         if node.cordoned {
-            return Err("node is cordoned".to_string());
+            return Err(Reject::Static("node is cordoned"));
         }
         if let Some(t) = taints::untolerated(
             &node.taints,
             &pod.info.tolerations,
             active.prefer_no_schedule,
         ) {
-            return Err(format!("untolerated taint {}", taints::describe(t)));
+            return Err(format!("untolerated taint {}", taints::describe(t)).into());
         }
-        if !active.trivial {
-            self.requirements_match(node, &active.node_requirements)?;
+        if !active.trivial && !active.node_requirements.admits_labels(&node.labels) {
+            return Err(Reject::NodeAffinity);
         }
         if !self.ports_free(p, n) {
-            return Err("host port in use".to_string());
+            return Err(Reject::Static("host port in use"));
         }
         self.topology_ok(p, n, active, can_create)
     }
@@ -1136,29 +1179,29 @@ impl<'a> Scheduler<'a> {
         n: usize,
         active: &Active,
         can_create: bool,
-    ) -> Result<PlannedFit, String> {
+    ) -> Result<PlannedFit, Reject> {
         let node = &self.nodes[n];
         let NodeKind::Planned { pool, .. } = node.kind else {
-            return Err("not a planned node".to_string());
+            return Err(Reject::Static("not a planned node"));
         };
         let pod = &self.pods[p];
-        let req = pod
-            .req
-            .ok_or("requests an extended resource this pass cannot track")?;
+        let req = pod.req.ok_or(Reject::Static(
+            "requests an extended resource this pass cannot track",
+        ))?;
         let need = add(&node.used, &req);
         if !fits(&need, &node.cap_upper) {
             let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
-            return Err(format!("insufficient {}", self.dims.name(dim)));
+            return Err(Reject::Insufficient(dim));
         }
         if let Some(t) = taints::untolerated(
             &node.taints,
             &pod.info.tolerations,
             active.prefer_no_schedule,
         ) {
-            return Err(format!("untolerated taint {}", taints::describe(t)));
+            return Err(format!("untolerated taint {}", taints::describe(t)).into());
         }
         if !self.ports_free(p, n) {
-            return Err("host port in use".to_string());
+            return Err(Reject::Static("host port in use"));
         }
         let (requirements, options) = if active.trivial {
             (None, None)
@@ -1172,9 +1215,11 @@ impl<'a> Scheduler<'a> {
                         .is_ok()
                 })
                 .ok_or_else(|| {
-                    self.requirements_match(node, &active.node_requirements)
-                        .err()
-                        .unwrap_or_default()
+                    Reject::Owned(
+                        self.requirements_match(node, &active.node_requirements)
+                            .err()
+                            .unwrap_or_default(),
+                    )
                 })?;
             let narrowed = node.requirements.intersect(alt);
             if narrowed == node.requirements {
@@ -1186,7 +1231,7 @@ impl<'a> Scheduler<'a> {
                     ..
                 } = &node.kind
                 else {
-                    return Err("not a planned node".to_string());
+                    return Err(Reject::Static("not a planned node"));
                 };
                 let kept = self.option_list(pool, &narrowed, zone, *capacity_type);
                 (Some(narrowed), Some(kept))
@@ -1197,17 +1242,17 @@ impl<'a> Scheduler<'a> {
         let start = if options.is_some() { 0 } else { node.pos };
         let pos = (start..opts.len())
             .find(|&i| fits(&need, &types[opts[i] as usize].alloc))
-            .ok_or_else(|| "no instance type left on this node holds the pod".to_string())?;
-        self.min_values_ok(pool, &opts[pos..], &need)?;
+            .ok_or(Reject::Static(
+                "no instance type left on this node holds the pod",
+            ))?;
+        self.min_values_ok(pool, &opts[pos..], &need)
+            .map_err(Reject::Owned)?;
         // Limits: the node now counts as its cheapest fitting type.
         let new_reserved = types[opts[pos] as usize].capacity;
         let delta = sub(&new_reserved, &node.reserved);
         let remaining = &self.pools[pool].remaining;
         if (0..R).any(|i| remaining[i] != i64::MAX && delta[i] > remaining[i]) {
-            return Err(format!(
-                "nodepool {} limits reached",
-                self.input.pools[pool].name
-            ));
+            return Err(Reject::Static("nodepool limits reached"));
         }
         self.topology_ok(p, n, active, can_create)?;
         Ok(PlannedFit {
@@ -1547,9 +1592,7 @@ impl<'a> Scheduler<'a> {
                             && zone_domain.is_some_and(|d| at(&group.owners, d) > 0)
                         {
                             ok = false;
-                            topo_reason = Some(
-                                "an existing pod's anti-affinity excludes the zone".to_string(),
-                            );
+                            topo_reason = Some(Reject::Topology(g, "symmetric"));
                         }
                     }
                 }
@@ -1576,9 +1619,10 @@ impl<'a> Scheduler<'a> {
             }
         }
         let Some((_, (zone, ct))) = best else {
-            return Err(
-                topo_reason.unwrap_or_else(|| "no zone satisfies the pod's topology".to_string())
-            );
+            return Err(topo_reason.map_or_else(
+                || "no zone satisfies the pod's topology".to_string(),
+                |r| self.reject_text(&r),
+            ));
         };
         let requirements = choices
             .remove(&(zone.clone(), ct))
@@ -1594,7 +1638,10 @@ impl<'a> Scheduler<'a> {
             self.options.name_prefix, pool.name, state.counter
         );
         let n = self.push_planned(pi, name, zone.clone(), ct, requirements);
-        match self.try_planned(p, n, active, true) {
+        match self
+            .try_planned(p, n, active, true)
+            .map_err(|r| self.reject_text(&r))
+        {
             Ok(fit) => {
                 self.apply_planned(n, fit);
                 self.place(p, n);
@@ -1714,7 +1761,7 @@ impl<'a> Scheduler<'a> {
                 self.try_existing(p, n, active, can_create).err()
             };
             if let Some(r) = r {
-                *by_reason.entry(r).or_default() += 1;
+                *by_reason.entry(self.reject_text(&r)).or_default() += 1;
                 counted += 1;
             }
         }
