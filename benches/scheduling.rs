@@ -198,11 +198,6 @@ fn vm_hwm_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn reset_hwm() {
-    // Writing 5 to clear_refs resets the peak resident set size (Linux 4.0+).
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
 fn throughput(
     types: &[InstanceType],
     sizes: &[usize],
@@ -265,7 +260,33 @@ fn basic_mix(types: Vec<InstanceType>, small: usize, large: usize) -> Input {
     }
 }
 
+/// The child process of the memory measurement: one run, then the peak resident set.
+fn memory_run(n: usize) {
+    let catalog = shared_catalog();
+    let types = catalog
+        .instance_types(&CatalogOptions::for_region("eastus"))
+        .expect("eastus is priced");
+    let mut input = all_pools(types);
+    input.pending = diverse_pods(n, 42);
+    let before = vm_hwm_kib();
+    let plan = scheduling::schedule(&input, &Options::default());
+    let after = vm_hwm_kib();
+    println!(
+        "== memory: peak RSS of a process that loads the catalog and plans {n} pods: {} MiB (before planning: {} MiB); {} nodes ==",
+        after.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+        before.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+        plan.summary.new_nodes
+    );
+}
+
 fn main() {
+    if let Some(n) = std::env::var("TAILOR_BENCH_MEMORY_RUN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        memory_run(n);
+        return;
+    }
     let full = std::env::args().any(|a| a == "--bench");
     let catalog = shared_catalog();
     let mut options = CatalogOptions::for_region("eastus");
@@ -296,20 +317,16 @@ fn main() {
         }
     }
 
-    // 3. Peak memory of the largest run.
+    // 3. Peak memory of the largest run, measured in a child process that does only that.
     let largest = *sizes.last().unwrap_or(&200);
-    reset_hwm();
-    let before = vm_hwm_kib();
-    let mut input = all_pools(types.clone());
-    input.pending = diverse_pods(largest, 42);
-    let plan = scheduling::schedule(&input, &Options::default());
-    let after = vm_hwm_kib();
-    println!(
-        "\n== memory: peak RSS during the {largest}-pod run: {} MiB (process peak before it: {} MiB); {} nodes ==",
-        after.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
-        before.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
-        plan.summary.new_nodes
-    );
+    match std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .env("TAILOR_BENCH_MEMORY_RUN", largest.to_string())
+            .output()
+    }) {
+        Ok(out) => print!("\n{}", String::from_utf8_lossy(&out.stdout)),
+        Err(e) => println!("\nmemory run failed: {e}"),
+    }
 
     // 2. Cost quality.
     options.include_spot = false;

@@ -87,7 +87,7 @@ fn plan(s: &Scheduler<'_>) -> Plan {
                     .take(5)
                     .map(|o| pool_in.instance_types[o.index].name.clone())
                     .collect();
-                let mut node_labels = node.labels.clone();
+                let mut node_labels = (*node.labels).clone();
                 node_labels.extend(it.labels());
                 node_labels.insert(labels::ZONE.to_string(), zone.clone());
                 node_labels.insert(

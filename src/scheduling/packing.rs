@@ -444,7 +444,7 @@ impl Scheduler<'_> {
             {
                 let narrowed = node_reqs.intersect(a);
                 if it.requirements.intersects(&narrowed).is_ok() {
-                    self.nodes[n].requirements = narrowed;
+                    self.nodes[n].requirements = std::rc::Rc::new(narrowed);
                     return true;
                 }
             }
@@ -484,7 +484,8 @@ impl Scheduler<'_> {
                 [ct.as_str().to_string()],
             ))
             .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
-        let n = self.push_planned(pi, name, zone.to_string(), ct, requirements);
+        let slot = self.slot_for(pi, requirements, zone, ct);
+        let n = self.push_planned(pi, name, &slot);
         Some(n)
     }
 }

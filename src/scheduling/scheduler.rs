@@ -8,10 +8,12 @@
 //! onto the cheapest set of instance types.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::Taint;
+// Fx hashing: the keys are our own strings and requirement sets, not attacker input.
+use rustc_hash::FxHashMap as HashMap;
 
 use super::index::{NodeIndex, Query};
 use super::input::{ExistingNode, Input, Pool};
@@ -244,6 +246,23 @@ pub(crate) struct PoolState {
     pub(crate) min_values: Vec<(String, usize)>,
 }
 
+/// How new nodes of one pool are made for pods with given requirements.
+pub(crate) struct Templates {
+    /// Types (indices into the pool's `types`) the requirements admit.
+    compatible: Rc<Vec<u32>>,
+    /// One per admitted zone and capacity type.
+    slots: Vec<Slot>,
+}
+
+/// A new node's zone, capacity type, requirements, labels and candidate types.
+pub(crate) struct Slot {
+    pub(crate) zone: String,
+    pub(crate) capacity_type: CapacityType,
+    pub(crate) requirements: Rc<Requirements>,
+    pub(crate) labels: Rc<BTreeMap<String, String>>,
+    pub(crate) options: Rc<OptionList>,
+}
+
 /// A planned node's candidate types for its zone and capacity type, cheapest first, with the
 /// per-dimension maximum allocatable over each suffix of the list.
 #[derive(Debug, Default)]
@@ -281,8 +300,10 @@ pub(crate) enum NodeKind {
 pub(crate) struct Node {
     pub(crate) name: String,
     pub(crate) kind: NodeKind,
-    pub(crate) labels: BTreeMap<String, String>,
-    pub(crate) requirements: Requirements,
+    /// Labels (planned nodes: without the hostname, which is the node's name). Shared
+    /// between nodes made from the same template.
+    pub(crate) labels: Rc<BTreeMap<String, String>>,
+    pub(crate) requirements: Rc<Requirements>,
     pub(crate) taints: Vec<Taint>,
     /// Requests of its pods (and, for planned nodes, not the DaemonSet overhead, which
     /// each instance type's `alloc` already subtracts).
@@ -366,6 +387,8 @@ pub(crate) struct Scheduler<'a> {
     host_bit: Vec<Option<u64>>,
     /// Option lists by pool, requirements, zone and capacity type.
     option_cache: RefCell<HashMap<(usize, Requirements, String, CapacityType), Rc<OptionList>>>,
+    /// New-node templates by pool and pod requirements.
+    template_cache: RefCell<HashMap<(usize, Option<Requirements>), Rc<Templates>>>,
     /// Compatible types by pool and requirements.
     compatible_cache: RefCell<HashMap<(usize, Requirements, String, CapacityType), Rc<Vec<u32>>>>,
 }
@@ -445,8 +468,9 @@ impl<'a> Scheduler<'a> {
             options,
             index: NodeIndex::default(),
             host_bit: Vec::new(),
-            option_cache: RefCell::new(HashMap::new()),
-            compatible_cache: RefCell::new(HashMap::new()),
+            option_cache: RefCell::new(HashMap::default()),
+            compatible_cache: RefCell::new(HashMap::default()),
+            template_cache: RefCell::new(HashMap::default()),
         };
         s.build();
         s
@@ -487,7 +511,7 @@ impl<'a> Scheduler<'a> {
             .iter()
             .chain(input.nodes.iter().flat_map(|n| n.pods.iter()))
             .collect();
-        let mut index: HashMap<GroupKey, usize> = HashMap::new();
+        let mut index: HashMap<GroupKey, usize> = HashMap::default();
         for info in &all {
             let mut st = PodState {
                 info,
@@ -706,8 +730,8 @@ impl<'a> Scheduler<'a> {
         let mut node = Node {
             name: n.name.clone(),
             kind: NodeKind::Existing,
-            requirements: Requirements::from_labels(&labels),
-            labels,
+            requirements: Rc::new(Requirements::from_labels(&labels)),
+            labels: Rc::new(labels),
             taints: n.taints.clone(),
             used: [0; R],
             cap_upper: alloc,
@@ -1222,7 +1246,7 @@ impl<'a> Scheduler<'a> {
                     )
                 })?;
             let narrowed = node.requirements.intersect(alt);
-            if narrowed == node.requirements {
+            if narrowed == *node.requirements {
                 (None, None)
             } else {
                 let NodeKind::Planned {
@@ -1277,10 +1301,11 @@ impl<'a> Scheduler<'a> {
         let node = &mut self.nodes[n];
         node.reserved = fit.reserved;
         if let Some(r) = fit.requirements {
-            node.requirements = r;
-            for (k, v) in node.requirements.single_valued_labels() {
-                node.labels.entry(k).or_insert(v);
+            let labels = Rc::make_mut(&mut node.labels);
+            for (k, v) in r.single_valued_labels() {
+                labels.entry(k).or_insert(v);
             }
+            node.requirements = Rc::new(r);
         }
         if let Some(o) = fit.options {
             node.options = o;
@@ -1434,6 +1459,60 @@ impl<'a> Scheduler<'a> {
         Err(reasons)
     }
 
+    /// The ways a new node of pool `pi` can be made for pods with requirements `alt`
+    /// (`None`: no requirements): compatible types, and per admitted zone and capacity type
+    /// the node's requirements, labels and candidate types. Cached.
+    fn templates(&self, pi: usize, alt: Option<&Requirements>) -> Rc<Templates> {
+        let key = (pi, alt.cloned());
+        if let Some(t) = self.template_cache.borrow().get(&key) {
+            return t.clone();
+        }
+        let pool = &self.input.pools[pi];
+        let base = match alt {
+            Some(a) => pool.requirements.intersect(a),
+            None => pool.requirements.clone(),
+        };
+        let compatible = self.compatible_types(pi, &base);
+        let mut slots = Vec::new();
+        for zone in &self.pools[pi].zones {
+            if base
+                .get(labels::ZONE)
+                .is_some_and(|r| !r.admits_value(zone))
+            {
+                continue;
+            }
+            for ct in [CapacityType::OnDemand, CapacityType::Spot] {
+                if base
+                    .get(labels::CAPACITY_TYPE)
+                    .is_some_and(|r| !r.admits_value(ct.as_str()))
+                {
+                    continue;
+                }
+                let requirements = base
+                    .clone()
+                    .with(Requirement::one_of(labels::ZONE, [zone.clone()]))
+                    .with(Requirement::one_of(
+                        labels::CAPACITY_TYPE,
+                        [ct.as_str().to_string()],
+                    ))
+                    .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
+                let options = self.option_list(pi, &requirements, zone, ct);
+                let mut node_labels = pool.labels.clone();
+                node_labels.extend(requirements.single_valued_labels());
+                slots.push(Slot {
+                    zone: zone.clone(),
+                    capacity_type: ct,
+                    requirements: Rc::new(requirements),
+                    labels: Rc::new(node_labels),
+                    options,
+                });
+            }
+        }
+        let t = Rc::new(Templates { compatible, slots });
+        self.template_cache.borrow_mut().insert(key, t.clone());
+        t
+    }
+
     fn plan_new(&mut self, pi: usize, p: usize, active: &Active) -> Result<usize, String> {
         self.pool_admits(pi, p, active)?;
         let req = self.pods[p]
@@ -1441,14 +1520,13 @@ impl<'a> Scheduler<'a> {
             .ok_or("requests an extended resource this pass cannot track")?;
         let input = self.input;
         let pool = &input.pools[pi];
-        let state = &self.pools[pi];
-        if state.nodes_remaining <= 0 {
+        if self.pools[pi].nodes_remaining <= 0 {
             return Err("node limit reached".to_string());
         }
         // The requirements a new node would have: the pool's, narrowed by the pod's first
         // compatible alternative.
         let alt = if active.trivial {
-            Requirements::new()
+            None
         } else {
             active
                 .node_requirements
@@ -1459,12 +1537,12 @@ impl<'a> Scheduler<'a> {
                         .is_ok()
                 })
                 .cloned()
-                .unwrap_or_default()
         };
-        let base = pool.requirements.intersect(&alt);
+        let templates = self.templates(pi, alt.as_ref());
+        let state = &self.pools[pi];
         let its = &pool.instance_types;
         // Types compatible with the requirements that hold the pod.
-        let compatible = self.compatible_types(pi, &base);
+        let compatible = &templates.compatible;
         let mut candidates: Vec<u32> = Vec::new();
         let mut largest: Option<u32> = None;
         let compatible_count = compatible.len();
@@ -1513,46 +1591,28 @@ impl<'a> Scheduler<'a> {
                 None => "no instance type fits".to_string(),
             });
         }
-        // Zone and capacity type: for every pair the requirements admit, the cheapest
-        // candidate offered there, checked below against the pod's topology on zone.
+        // Zone and capacity type: for every admitted pair, the cheapest candidate offered
+        // there, checked below against the pod's topology on zone.
         let mut is_candidate = vec![false; state.types.len()];
         for &t in &candidates {
             is_candidate[t as usize] = true;
         }
-        let mut choices: BTreeMap<(String, CapacityType), (f64, Requirements)> = BTreeMap::new();
-        for zone in &state.zones {
-            if base
-                .get(labels::ZONE)
-                .is_some_and(|r| !r.admits_value(zone))
-            {
+        let mut choices: Vec<(usize, f64)> = Vec::new();
+        for (i, slot) in templates.slots.iter().enumerate() {
+            let Some(&t) = slot
+                .options
+                .types
+                .iter()
+                .find(|&&t| is_candidate[t as usize])
+            else {
                 continue;
-            }
-            for ct in [CapacityType::OnDemand, CapacityType::Spot] {
-                if base
-                    .get(labels::CAPACITY_TYPE)
-                    .is_some_and(|r| !r.admits_value(ct.as_str()))
-                {
-                    continue;
-                }
-                let node_reqs = base
-                    .clone()
-                    .with(Requirement::one_of(labels::ZONE, [zone.clone()]))
-                    .with(Requirement::one_of(
-                        labels::CAPACITY_TYPE,
-                        [ct.as_str().to_string()],
-                    ))
-                    .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
-                let list = self.option_list(pi, &node_reqs, zone, ct);
-                let Some(&t) = list.types.iter().find(|&&t| is_candidate[t as usize]) else {
-                    continue;
-                };
-                let price = its[state.types[t as usize].index]
-                    .offerings
-                    .iter()
-                    .find(|o| o.zone == *zone && o.capacity_type == ct)
-                    .map_or(f64::INFINITY, |o| o.price_per_hour);
-                choices.insert((zone.clone(), ct), (price, node_reqs));
-            }
+            };
+            let price = its[state.types[t as usize].index]
+                .offerings
+                .iter()
+                .find(|o| o.zone == slot.zone && o.capacity_type == slot.capacity_type)
+                .map_or(f64::INFINITY, |o| o.price_per_hour);
+            choices.push((i, price));
         }
         if choices.is_empty() {
             return Err("no available offering in an allowed zone and capacity type".to_string());
@@ -1561,9 +1621,11 @@ impl<'a> Scheduler<'a> {
             .keys
             .iter()
             .position(|k| labels::canonical_key(k) == labels::ZONE);
-        let mut best: Option<((i64, f64, usize, String), (String, CapacityType))> = None;
+        let mut best: Option<((i64, f64, usize, String), usize)> = None;
         let mut topo_reason = None;
-        for ((zone, ct), (price, _)) in &choices {
+        for &(slot_index, price) in &choices {
+            let slot = &templates.slots[slot_index];
+            let zone = &slot.zone;
             let zone_domain = zone_key.and_then(|k| self.domains[k].ids.get(zone).copied());
             // Check zone-keyed constraints for this zone.
             let mut ok = true;
@@ -1600,7 +1662,11 @@ impl<'a> Scheduler<'a> {
             if !ok {
                 continue;
             }
-            let balance = state.planned_per_zone.get(zone).copied().unwrap_or(0);
+            let balance = self.pools[pi]
+                .planned_per_zone
+                .get(zone)
+                .copied()
+                .unwrap_or(0);
             // Least-loaded zone for spread, then cheapest, then the zone with the fewest
             // planned nodes (keeps plain capacity spread), then by name.
             let better = best.as_ref().is_none_or(|(b, _)| {
@@ -1612,32 +1678,26 @@ impl<'a> Scheduler<'a> {
                     .is_lt()
             });
             if better {
-                best = Some((
-                    (spread_count, *price, balance, zone.clone()),
-                    (zone.clone(), *ct),
-                ));
+                best = Some(((spread_count, price, balance, zone.clone()), slot_index));
             }
         }
-        let Some((_, (zone, ct))) = best else {
+        let Some((_, slot_index)) = best else {
             return Err(topo_reason.map_or_else(
                 || "no zone satisfies the pod's topology".to_string(),
                 |r| self.reject_text(&r),
             ));
         };
-        let requirements = choices
-            .remove(&(zone.clone(), ct))
-            .map(|(_, r)| r)
-            .unwrap_or_default();
+        let slot = &templates.slots[slot_index];
         // Build the node.
         let state = &mut self.pools[pi];
         state.counter += 1;
         state.nodes_remaining -= 1;
-        *state.planned_per_zone.entry(zone.clone()).or_default() += 1;
+        *state.planned_per_zone.entry(slot.zone.clone()).or_default() += 1;
         let name = format!(
             "{}{}-{}",
             self.options.name_prefix, pool.name, state.counter
         );
-        let n = self.push_planned(pi, name, zone.clone(), ct, requirements);
+        let n = self.push_planned(pi, name, slot);
         match self
             .try_planned(p, n, active, true)
             .map_err(|r| self.reject_text(&r))
@@ -1801,33 +1861,21 @@ impl<'a> Scheduler<'a> {
 
     /// Appends an empty planned node with the given requirements; its options are every
     /// compatible type offered in its zone and capacity type, cheapest first.
-    pub(crate) fn push_planned(
-        &mut self,
-        pi: usize,
-        name: String,
-        zone: String,
-        ct: CapacityType,
-        requirements: Requirements,
-    ) -> usize {
+    pub(crate) fn push_planned(&mut self, pi: usize, name: String, slot: &Slot) -> usize {
         let pool = &self.input.pools[pi];
-        let mut node_labels = pool.labels.clone();
-        for (k, v) in requirements.single_valued_labels() {
-            node_labels.insert(k, v);
-        }
-        node_labels.insert(labels::HOSTNAME.to_string(), name.clone());
         let mut node = Node {
             name,
             kind: NodeKind::Planned {
                 pool: pi,
-                zone,
-                capacity_type: ct,
+                zone: slot.zone.clone(),
+                capacity_type: slot.capacity_type,
             },
-            labels: node_labels,
-            requirements,
+            labels: slot.labels.clone(),
+            requirements: slot.requirements.clone(),
             taints: pool.taints.clone(),
             used: [0; R],
-            cap_upper: [0; R],
-            options: Rc::default(),
+            cap_upper: slot.options.upper(0),
+            options: slot.options.clone(),
             pos: 0,
             pods: Vec::new(),
             host_ports: Vec::new(),
@@ -1841,8 +1889,28 @@ impl<'a> Scheduler<'a> {
         node.domains = self.node_domains(&node);
         let n = self.nodes.len();
         self.nodes.push(node);
-        self.rebuild_options(n);
+        self.reindex(n);
         n
+    }
+
+    /// A one-off template for a node of pool `pi` with the given requirements.
+    pub(crate) fn slot_for(
+        &self,
+        pi: usize,
+        requirements: Requirements,
+        zone: &str,
+        ct: CapacityType,
+    ) -> Slot {
+        let options = self.option_list(pi, &requirements, zone, ct);
+        let mut node_labels = self.input.pools[pi].labels.clone();
+        node_labels.extend(requirements.single_valued_labels());
+        Slot {
+            zone: zone.to_string(),
+            capacity_type: ct,
+            requirements: Rc::new(requirements),
+            labels: Rc::new(node_labels),
+            options,
+        }
     }
 
     /// Recomputes a planned node's options from its pool (after pods left it), its
