@@ -57,6 +57,13 @@ fn max_count(req: &ResV, alloc: &ResV) -> usize {
     if n == usize::MAX { 0 } else { n }
 }
 
+/// Takes `n` pods of request `req` out of `free`.
+fn take(free: &mut ResV, req: &ResV, n: usize) {
+    for (f, r) in free.iter_mut().zip(req) {
+        *f -= r * n as i64;
+    }
+}
+
 /// Fills one node of `alloc` from `rem`, taking classes in `order`, after `lead` pods of
 /// class `lead_class` have been placed.
 fn fill(
@@ -70,9 +77,7 @@ fn fill(
     let mut free = *alloc;
     if let Some((c, n)) = lead {
         counts[c] = n;
-        for i in 0..R {
-            free[i] -= classes[c].req[i] * n as i64;
-        }
+        take(&mut free, &classes[c].req, n);
     }
     for &c in order {
         if Some(c) == lead.map(|l| l.0) {
@@ -81,9 +86,7 @@ fn fill(
         let n = max_count(&classes[c].req, &free).min(rem[c]);
         if n > 0 {
             counts[c] += n;
-            for i in 0..R {
-                free[i] -= classes[c].req[i] * n as i64;
-            }
+            take(&mut free, &classes[c].req, n);
         }
     }
     counts
@@ -193,8 +196,8 @@ pub fn pack(types: &[BinType], classes: &[PodClass]) -> Option<Vec<Bin>> {
     for bin in &mut bins {
         let mut need = [0; R];
         for (c, n) in bin.counts.iter().enumerate() {
-            for i in 0..R {
-                need[i] += classes[c].req[i] * *n as i64;
+            for (total, r) in need.iter_mut().zip(&classes[c].req) {
+                *total += r * *n as i64;
             }
         }
         if let Some((t, _)) = types
@@ -514,8 +517,8 @@ mod tests {
             let mut used = [0; R];
             for (c, n) in b.counts.iter().enumerate() {
                 placed[c] += n;
-                for i in 0..R {
-                    used[i] += classes[c].req[i] * *n as i64;
+                for (total, r) in used.iter_mut().zip(&classes[c].req) {
+                    *total += r * *n as i64;
                 }
             }
             assert!(

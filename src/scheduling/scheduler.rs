@@ -246,6 +246,13 @@ pub(crate) struct PoolState {
     pub(crate) min_values: Vec<(String, usize)>,
 }
 
+/// Option lists are keyed by pool, node requirements, zone and capacity type.
+type OptionKey = (usize, Requirements, String, CapacityType);
+/// Compatible type lists are keyed by pool and requirements.
+type CompatibleKey = (usize, Requirements);
+/// Templates are keyed by pool and the pod's requirements (`None`: none).
+type TemplateKey = (usize, Option<Requirements>);
+
 /// How new nodes of one pool are made for pods with given requirements.
 pub(crate) struct Templates {
     /// Types (indices into the pool's `types`) the requirements admit.
@@ -283,6 +290,17 @@ impl OptionList {
     /// The largest allocatable per dimension over the types from `pos` on.
     fn upper(&self, pos: usize) -> ResV {
         self.suffix_max.get(pos).copied().unwrap_or([0; R])
+    }
+}
+
+impl PoolState {
+    /// Counts `delta` of capacity against the limited dimensions (negative gives back).
+    pub(crate) fn charge(&mut self, delta: &ResV) {
+        for (left, d) in self.remaining.iter_mut().zip(delta) {
+            if *left != i64::MAX {
+                *left -= d;
+            }
+        }
     }
 }
 
@@ -386,11 +404,11 @@ pub(crate) struct Scheduler<'a> {
     /// Bit per hostname-keyed group (at most 64 groups get one).
     host_bit: Vec<Option<u64>>,
     /// Option lists by pool, requirements, zone and capacity type.
-    option_cache: RefCell<HashMap<(usize, Requirements, String, CapacityType), Rc<OptionList>>>,
+    option_cache: RefCell<HashMap<OptionKey, Rc<OptionList>>>,
     /// New-node templates by pool and pod requirements.
-    template_cache: RefCell<HashMap<(usize, Option<Requirements>), Rc<Templates>>>,
+    template_cache: RefCell<HashMap<TemplateKey, Rc<Templates>>>,
     /// Compatible types by pool and requirements.
-    compatible_cache: RefCell<HashMap<(usize, Requirements, String, CapacityType), Rc<Vec<u32>>>>,
+    compatible_cache: RefCell<HashMap<CompatibleKey, Rc<Vec<u32>>>>,
 }
 
 fn canonical_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -1326,12 +1344,7 @@ impl<'a> Scheduler<'a> {
 
     /// The pool's types (indices into its `types`) whose labels these requirements admit.
     fn compatible_types(&self, pool: usize, requirements: &Requirements) -> Rc<Vec<u32>> {
-        let key = (
-            pool,
-            requirements.clone(),
-            String::new(),
-            CapacityType::OnDemand,
-        );
+        let key = (pool, requirements.clone());
         if let Some(list) = self.compatible_cache.borrow().get(&key) {
             return list.clone();
         }
@@ -1943,12 +1956,7 @@ impl<'a> Scheduler<'a> {
                 .map_or(node.reserved, |&t| types[t as usize].capacity)
         };
         let delta = sub(&reserved, &node.reserved);
-        let state = &mut self.pools[pool];
-        for i in 0..R {
-            if state.remaining[i] != i64::MAX {
-                state.remaining[i] -= delta[i];
-            }
-        }
+        self.pools[pool].charge(&delta);
         let node = &mut self.nodes[n];
         node.reserved = reserved;
         node.options = options;
@@ -1971,11 +1979,7 @@ impl<'a> Scheduler<'a> {
         if let Some(c) = state.planned_per_zone.get_mut(&zone) {
             *c = c.saturating_sub(1);
         }
-        for i in 0..R {
-            if state.remaining[i] != i64::MAX {
-                state.remaining[i] += reserved[i];
-            }
-        }
+        state.charge(&reserved.map(|v| -v));
         let node = &mut self.nodes[n];
         node.reserved = [0; R];
         node.retired = true;
