@@ -738,3 +738,53 @@ spec:
     assert!(cpus <= 4, "only 4 of the 8 vCPUs are left, {cpus} bought");
     assert!(p.summary.unschedulable > 0);
 }
+
+#[test]
+fn match_label_keys_spread_each_version_on_its_own() {
+    let spread = "      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: web}}
+        matchLabelKeys: [version]";
+    let deployment = |name: &str, version: &str, replicas: u32| {
+        format!(
+            "---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web, version: {version}}}}}
+  template:
+    metadata: {{labels: {{app: web, version: {version}}}}}
+    spec:
+{spread}
+      containers: [{{name: c, image: i, resources: {{requests: {{cpu: '1', memory: 1Gi}}}}}}]
+"
+        )
+    };
+    let p = plan(&format!(
+        "{POOL}{}{}",
+        deployment("web-v1", "v1", 3),
+        deployment("web-v2", "v2", 3)
+    ));
+    for version in ["web-v1", "web-v2"] {
+        let mut zones: Vec<&str> = p
+            .node_claims
+            .iter()
+            .flat_map(|c| {
+                c.pods
+                    .iter()
+                    .filter(|k| k.starts_with(&format!("default/{version}-")))
+                    .map(move |_| c.zone.as_str())
+            })
+            .collect();
+        zones.sort();
+        assert_eq!(
+            zones,
+            vec!["eastus-1", "eastus-2", "eastus-3"],
+            "{version}: {p:#?}"
+        );
+    }
+}
