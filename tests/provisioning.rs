@@ -1,5 +1,7 @@
 //! The provisioner against the simulated Azure cloud on a virtual clock.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,10 +10,9 @@ use tailor::catalog::{Catalog, CatalogOptions};
 use tailor::clock::{Clock, VirtualClock};
 use tailor::cloud::sim::{SimSettings, SimulatedAzure};
 use tailor::cloud::{CloudProvider, InstanceState};
-use tailor::model::{CapacityType, NodeSettings};
+use tailor::model::CapacityType;
 use tailor::provisioning::{Batcher, Mode, Provisioner};
 use tailor::scheduling::{Input, Options};
-use tailor::state::Snapshot;
 use tailor::telemetry::Metrics;
 
 const SCENARIO: &str = "
@@ -45,13 +46,7 @@ fn setup() -> (Input, SimulatedAzure, VirtualClock) {
         .instance_types(&CatalogOptions::for_region("eastus"))
         .expect("eastus");
     let cloud = SimulatedAzure::new(Arc::new(clock.clone()), types, SimSettings::default());
-    let snapshot = Snapshot::from_yaml("scenario.yaml", SCENARIO).expect("parses");
-    let for_settings = |settings: &NodeSettings| {
-        let mut o = CatalogOptions::for_region("eastus");
-        o.node = settings.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
-    };
-    let input = Input::from_snapshot(&snapshot, &for_settings).expect("input");
+    let input = support::input_from_yaml(SCENARIO);
     (input, cloud, clock)
 }
 

@@ -1,24 +1,12 @@
 //! Scheduling scenarios: each proves one behaviour of the simulation, and every plan is
 //! checked by the independent validator.
 
-use tailor::catalog::{Catalog, CatalogOptions};
-use tailor::model::NodeSettings;
-use tailor::scheduling::{self, Input, Options, Plan, validate};
-use tailor::state::Snapshot;
+mod support;
 
-fn input(yaml: &str) -> Input {
-    let snapshot = Snapshot::from_yaml("scenario.yaml", yaml).expect("scenario parses");
-    let catalog = Catalog::builtin().expect("built-in catalog");
-    let types = |settings: &NodeSettings| {
-        let mut o = CatalogOptions::for_region("eastus");
-        o.node = settings.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
-    };
-    Input::from_snapshot(&snapshot, &types).expect("input builds")
-}
+use tailor::scheduling::{self, Input, Options, Plan, validate};
 
 fn plan_with(yaml: &str, options: &Options) -> (Input, Plan) {
-    let input = input(yaml);
+    let input = support::input_from_yaml(yaml);
     let plan = scheduling::schedule(&input, options);
     let errors = validate(&input, &plan);
     assert!(errors.is_empty(), "validator: {errors:#?}\nplan: {plan:#?}");

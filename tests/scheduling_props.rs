@@ -2,11 +2,10 @@
 //! independent validator — resources, affinity both ways, spread, taints, node selectors,
 //! host ports and NodePool limits.
 
+mod support;
+
 use proptest::prelude::*;
-use tailor::catalog::{Catalog, CatalogOptions};
-use tailor::model::NodeSettings;
-use tailor::scheduling::{self, Input, Options, validate};
-use tailor::state::Snapshot;
+use tailor::scheduling::{self, Options, validate};
 
 #[derive(Debug, Clone)]
 struct PodParams {
@@ -147,14 +146,7 @@ proptest! {
         existing in 0usize..4,
     ) {
         let yaml = cluster_yaml(&pods, cpu_limit, existing);
-        let snapshot = Snapshot::from_yaml("random.yaml", &yaml).expect("generated YAML parses");
-        let catalog = Catalog::builtin().expect("built-in catalog");
-        let types = |settings: &NodeSettings| {
-            let mut o = CatalogOptions::for_region("eastus");
-            o.node = settings.clone();
-            catalog.instance_types(&o).map_err(|e| e.to_string())
-        };
-        let input = Input::from_snapshot(&snapshot, &types).expect("input builds");
+        let input = support::input_from_yaml(&yaml);
         for cost_aware in [true, false] {
             let plan = scheduling::schedule(&input, &Options { cost_aware, ..Options::default() });
             let errors = validate(&input, &plan);

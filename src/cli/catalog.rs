@@ -227,18 +227,7 @@ pub fn table(report: &CatalogReport) -> String {
 pub fn run(args: CatalogArgs, out: &mut dyn Write) -> Result<()> {
     let format = args.output;
     let report = report(args)?;
-    match format {
-        Format::Table => out.write_all(table(&report).as_bytes())?,
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &report)
-                .map_err(|e| CliError::Encode(e.to_string()))?;
-            writeln!(out)?;
-        }
-        Format::Yaml => {
-            let text =
-                serde_yaml::to_string(&report).map_err(|e| CliError::Encode(e.to_string()))?;
-            out.write_all(text.as_bytes())?;
-        }
-    }
+    let text = crate::report::render(format, &report, table).map_err(CliError::Encode)?;
+    out.write_all(text.as_bytes())?;
     Ok(())
 }

@@ -170,17 +170,7 @@ pub fn run(args: SimulateArgs, out: &mut dyn Write) -> Result<()> {
     for w in &warnings {
         tracing::warn!("{w}");
     }
-    match args.output {
-        Format::Table => out.write_all(table(&plan).as_bytes())?,
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &plan)
-                .map_err(|e| CliError::Encode(e.to_string()))?;
-            writeln!(out)?;
-        }
-        Format::Yaml => {
-            let text = serde_yaml::to_string(&plan).map_err(|e| CliError::Encode(e.to_string()))?;
-            out.write_all(text.as_bytes())?;
-        }
-    }
+    let text = crate::report::render(args.output, &plan, table).map_err(CliError::Encode)?;
+    out.write_all(text.as_bytes())?;
     Ok(())
 }

@@ -608,21 +608,7 @@ impl Requirements {
     /// the node side does not define is treated as absent on the node: a node only has
     /// the labels its NodePool template, requirements and instance type give it.
     pub fn compatible(&self, node: &Requirements) -> Result<(), Conflict> {
-        for (key, mine) in &self.by_key {
-            let theirs = node
-                .by_key
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| Requirement::absent(key));
-            if !mine.intersects(&theirs) {
-                return Err(Conflict {
-                    key: key.clone(),
-                    wanted: mine.to_string(),
-                    offered: theirs.to_string(),
-                });
-            }
-        }
-        Ok(())
+        self.compatible_allowing(node, &|_| false)
     }
 
     /// Like [`Requirements::compatible`], but a key the node side leaves undefined is

@@ -14,3 +14,22 @@ pub enum Format {
     /// YAML (same fields as JSON).
     Yaml,
 }
+
+/// Renders `value` in `format`: `table` for people, JSON or YAML (the same fields) for
+/// tools. Encoding errors are returned as text.
+pub fn render<T: serde::Serialize>(
+    format: Format,
+    value: &T,
+    table: impl FnOnce(&T) -> String,
+) -> Result<String, String> {
+    match format {
+        Format::Table => Ok(table(value)),
+        Format::Json => serde_json::to_string_pretty(value)
+            .map(|mut s| {
+                s.push('\n');
+                s
+            })
+            .map_err(|e| e.to_string()),
+        Format::Yaml => serde_yaml::to_string(value).map_err(|e| e.to_string()),
+    }
+}

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint,
+    Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -181,68 +181,57 @@ impl PodInfo {
         let term = |t: &PodAffinityTerm, field: String| {
             pod_term(t, &namespace, &labels).map_err(|m| fail(field, m))
         };
-        let mut affinity = Vec::new();
-        for (i, t) in pod_affinity
-            .and_then(|a| {
+        // Required and preferred terms of pod affinity and anti-affinity, with the field
+        // path of each for errors.
+        let required = |terms: Option<&Vec<PodAffinityTerm>>, kind: &str| {
+            terms
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, t)| term(t, format!("spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}]")))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let preferred = |terms: Option<&Vec<WeightedPodAffinityTerm>>, kind: &str| {
+            terms
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, w)| {
+                    let field = format!(
+                        "spec.affinity.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+                    );
+                    term(&w.pod_affinity_term, field).map(|t| (w.weight, t))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let affinity = required(
+            pod_affinity.and_then(|a| {
                 a.required_during_scheduling_ignored_during_execution
                     .as_ref()
-            })
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            affinity.push(term(
-                t,
-                format!(
-                    "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
-                ),
-            )?);
-        }
-        let mut anti_affinity = Vec::new();
-        for (i, t) in pod_anti
-            .and_then(|a| {
+            }),
+            "podAffinity",
+        )?;
+        let anti_affinity = required(
+            pod_anti.and_then(|a| {
                 a.required_during_scheduling_ignored_during_execution
                     .as_ref()
-            })
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            anti_affinity.push(term(
-                t,
-                format!("spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"),
-            )?);
-        }
-        let mut preferred_affinity = Vec::new();
-        for (i, w) in pod_affinity
-            .and_then(|a| {
+            }),
+            "podAntiAffinity",
+        )?;
+        let mut preferred_affinity = preferred(
+            pod_affinity.and_then(|a| {
                 a.preferred_during_scheduling_ignored_during_execution
                     .as_ref()
-            })
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let field = format!(
-                "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            );
-            preferred_affinity.push((w.weight, term(&w.pod_affinity_term, field)?));
-        }
-        let mut preferred_anti_affinity = Vec::new();
-        for (i, w) in pod_anti
-            .and_then(|a| {
+            }),
+            "podAffinity",
+        )?;
+        let mut preferred_anti_affinity = preferred(
+            pod_anti.and_then(|a| {
                 a.preferred_during_scheduling_ignored_during_execution
                     .as_ref()
-            })
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let field = format!(
-                "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            );
-            preferred_anti_affinity.push((w.weight, term(&w.pod_affinity_term, field)?));
-        }
+            }),
+            "podAntiAffinity",
+        )?;
         // Lightest preferences are relaxed first.
         preferred_affinity.sort_by_key(|p| std::cmp::Reverse(p.0));
         preferred_anti_affinity.sort_by_key(|p| std::cmp::Reverse(p.0));

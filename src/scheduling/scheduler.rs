@@ -1176,6 +1176,20 @@ impl<'a> Scheduler<'a> {
             .all(|hp| !self.nodes[n].host_ports.iter().any(|h| h.conflicts(hp)))
     }
 
+    /// What node `n` would have in use with pod `p` added, if that is within the node's
+    /// upper bound.
+    fn room_for(&self, p: usize, n: usize) -> Result<ResV, Reject> {
+        let node = &self.nodes[n];
+        let req = self.pods[p].req.ok_or(Reject::Static(
+            "requests an extended resource this pass cannot track",
+        ))?;
+        let need = add(&node.used, &req);
+        match (0..R).find(|&i| need[i] > node.cap_upper[i]) {
+            Some(dim) => Err(Reject::Insufficient(dim)),
+            None => Ok(need),
+        }
+    }
+
     /// Tries pod `p` on existing node `n`.
     fn try_existing(
         &self,
@@ -1186,14 +1200,7 @@ impl<'a> Scheduler<'a> {
     ) -> Result<(), Reject> {
         let node = &self.nodes[n];
         let pod = &self.pods[p];
-        let req = pod.req.ok_or(Reject::Static(
-            "requests an extended resource this pass cannot track",
-        ))?;
-        let need = add(&node.used, &req);
-        if !fits(&need, &node.cap_upper) {
-            let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
-            return Err(Reject::Insufficient(dim));
-        }
+        self.room_for(p, n)?;
         if node.cordoned {
             return Err(Reject::Static("node is cordoned"));
         }
@@ -1227,14 +1234,7 @@ impl<'a> Scheduler<'a> {
             return Err(Reject::Static("not a planned node"));
         };
         let pod = &self.pods[p];
-        let req = pod.req.ok_or(Reject::Static(
-            "requests an extended resource this pass cannot track",
-        ))?;
-        let need = add(&node.used, &req);
-        if !fits(&need, &node.cap_upper) {
-            let dim = (0..R).find(|&i| need[i] > node.cap_upper[i]).unwrap_or(0);
-            return Err(Reject::Insufficient(dim));
-        }
+        let need = self.room_for(p, n)?;
         if let Some(t) = taints::untolerated(
             &node.taints,
             &pod.info.tolerations,
