@@ -17,6 +17,7 @@ pub mod cloud;
 pub mod model;
 pub mod provisioning;
 pub mod report;
+pub mod rightsizing;
 pub mod scheduling;
 pub mod server;
 pub mod state;

@@ -1,0 +1,239 @@
+//! A decaying histogram with exponentially growing buckets, the core of VPA's recommender:
+//! samples lose half their weight every half-life, so recent behaviour dominates while a
+//! long history still counts. Buckets grow by a fixed ratio, so relative precision is the
+//! same for a 10m and a 10-core container.
+//!
+//! Decay is applied by weighting each new sample by `2^((t - reference) / half_life)`
+//! instead of shrinking every old one; the reference moves forward (and every weight is
+//! rescaled) before the factors grow large. The state serialises, so an agent can save it
+//! and resume without re-reading history.
+
+use serde::{Deserialize, Serialize};
+
+/// Bucket layout: the first bucket's upper edge and the growth ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Buckets {
+    /// Upper edge of the first bucket.
+    pub first: f64,
+    /// Each bucket is this much wider than the previous one (1.05 = 5%).
+    pub ratio: f64,
+    /// Number of buckets; values above the last edge land in the last bucket.
+    pub count: usize,
+}
+
+impl Buckets {
+    /// CPU in cores: 10m resolution at the bottom, 5% growth, up to about 1000 cores.
+    pub const CPU: Buckets = Buckets {
+        first: 0.01,
+        ratio: 1.05,
+        count: 237,
+    };
+
+    /// Memory in bytes: 10 MB at the bottom, 5% growth, up to about 1 TB.
+    pub const MEMORY: Buckets = Buckets {
+        first: 1e7,
+        ratio: 1.05,
+        count: 237,
+    };
+
+    /// The bucket a value falls in.
+    pub fn index(&self, value: f64) -> usize {
+        if value.is_nan() || value <= self.first {
+            return 0;
+        }
+        // Upper edge of bucket i is first * ratio^i.
+        let i = ((value / self.first).ln() / self.ratio.ln()).ceil();
+        (i.max(0.0) as usize).min(self.count - 1)
+    }
+
+    /// The upper edge of bucket `i`.
+    pub fn upper(&self, i: usize) -> f64 {
+        self.first * self.ratio.powi(i as i32)
+    }
+}
+
+/// Largest weight factor before the reference time moves forward (2^40).
+const MAX_FACTOR: f64 = 1.0e12;
+
+/// A histogram of samples whose weight halves every `half_life_seconds`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecayingHistogram {
+    buckets: Buckets,
+    half_life_seconds: f64,
+    /// Unix seconds the weights are relative to.
+    reference: i64,
+    weights: Vec<f64>,
+    total: f64,
+}
+
+impl DecayingHistogram {
+    /// An empty histogram.
+    pub fn new(buckets: Buckets, half_life_seconds: f64, reference: i64) -> Self {
+        DecayingHistogram {
+            buckets,
+            half_life_seconds: half_life_seconds.max(1.0),
+            reference,
+            weights: vec![0.0; buckets.count],
+            total: 0.0,
+        }
+    }
+
+    fn factor(&self, t: i64) -> f64 {
+        ((t - self.reference) as f64 / self.half_life_seconds).exp2()
+    }
+
+    /// Adds a sample taken at unix second `t` with base weight `weight`.
+    pub fn add(&mut self, value: f64, weight: f64, t: i64) {
+        if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {
+            return;
+        }
+        let mut factor = self.factor(t);
+        if factor > MAX_FACTOR {
+            self.shift_reference(t);
+            factor = self.factor(t);
+        }
+        let w = weight * factor;
+        let i = self.buckets.index(value);
+        self.weights[i] += w;
+        self.total += w;
+    }
+
+    /// Moves the reference to `t`, rescaling every weight; the percentiles do not change.
+    pub fn shift_reference(&mut self, t: i64) {
+        let scale = (-(t - self.reference) as f64 / self.half_life_seconds).exp2();
+        for w in &mut self.weights {
+            *w *= scale;
+        }
+        self.total *= scale;
+        self.reference = t;
+    }
+
+    /// Whether no sample has been added.
+    pub fn is_empty(&self) -> bool {
+        self.total <= 0.0
+    }
+
+    /// The value below which `p` (0..=1) of the decayed weight lies: the upper edge of the
+    /// bucket where the cumulative weight reaches `p`. `None` when empty.
+    pub fn percentile(&self, p: f64) -> Option<f64> {
+        if self.is_empty() {
+            return None;
+        }
+        let target = p.clamp(0.0, 1.0) * self.total;
+        let mut sum = 0.0;
+        for (i, w) in self.weights.iter().enumerate() {
+            sum += w;
+            if sum >= target && *w > 0.0 || sum >= self.total {
+                return Some(self.buckets.upper(i));
+            }
+        }
+        Some(self.buckets.upper(self.buckets.count - 1))
+    }
+
+    /// Merges another histogram with the same layout and half-life (e.g. two replicas of
+    /// one container).
+    pub fn merge(&mut self, other: &DecayingHistogram) {
+        let mut other = other.clone();
+        if other.reference != self.reference {
+            other.shift_reference(self.reference);
+        }
+        for (a, b) in self.weights.iter_mut().zip(&other.weights) {
+            *a += b;
+        }
+        self.total += other.total;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400;
+
+    #[test]
+    fn buckets_grow_by_the_ratio_and_cover_the_range() {
+        let b = Buckets::CPU;
+        assert_eq!(b.index(0.0), 0);
+        assert_eq!(b.index(0.01), 0);
+        assert_eq!(b.index(0.0105), 1);
+        assert!(b.upper(b.count - 1) > 1000.0);
+        let v = 3.7;
+        let i = b.index(v);
+        assert!(b.upper(i) >= v && b.upper(i - 1) < v);
+    }
+
+    #[test]
+    fn percentiles_of_uniform_samples_are_within_one_bucket() {
+        let mut h = DecayingHistogram::new(Buckets::CPU, 86_400.0, 0);
+        for i in 1..=100 {
+            h.add(f64::from(i) / 100.0, 1.0, 0);
+        }
+        let p90 = h.percentile(0.9).expect("not empty");
+        assert!((0.9..=0.9 * 1.05 + 1e-9).contains(&p90), "{p90}");
+        let p50 = h.percentile(0.5).expect("not empty");
+        assert!((0.5..=0.5 * 1.05 + 1e-9).contains(&p50), "{p50}");
+        assert_eq!(
+            DecayingHistogram::new(Buckets::CPU, 1.0, 0).percentile(0.5),
+            None
+        );
+    }
+
+    #[test]
+    fn old_samples_lose_half_their_weight_per_half_life() {
+        // One day of 1-core samples, then one day of 4-core samples, half-life one day:
+        // the newer day weighs twice as much, so the median is the newer value.
+        let mut h = DecayingHistogram::new(Buckets::CPU, DAY as f64, 0);
+        for m in 0..1440 {
+            h.add(1.0, 1.0, m * 60);
+        }
+        for m in 0..1440 {
+            h.add(4.0, 1.0, DAY + m * 60);
+        }
+        let p50 = h.percentile(0.5).expect("not empty");
+        assert!(p50 >= 4.0, "{p50}");
+        // Without decay the two days weigh the same and the 40th percentile is the old one.
+        let mut flat = DecayingHistogram::new(Buckets::CPU, 1e12, 0);
+        for m in 0..1440 {
+            flat.add(1.0, 1.0, m * 60);
+            flat.add(4.0, 1.0, DAY + m * 60);
+        }
+        assert!(flat.percentile(0.4).expect("not empty") < 1.1);
+    }
+
+    #[test]
+    fn moving_the_reference_keeps_percentiles_and_survives_long_histories() {
+        let mut h = DecayingHistogram::new(Buckets::MEMORY, 3600.0, 0);
+        // 200 hours of samples: the factor passes 2^40 and the reference moves.
+        for hour in 0..200 {
+            h.add(1e9 + hour as f64 * 1e6, 1.0, hour * 3600);
+        }
+        let before = h.percentile(0.95);
+        h.shift_reference(200 * 3600);
+        assert_eq!(h.percentile(0.95), before);
+        assert!(h.percentile(0.5).is_some_and(|v| v.is_finite()));
+    }
+
+    #[test]
+    fn state_round_trips_through_a_checkpoint() {
+        let mut h = DecayingHistogram::new(Buckets::CPU, DAY as f64, 0);
+        for i in 0..50 {
+            h.add(0.1 * f64::from(i), 1.0, i64::from(i) * 60);
+        }
+        let saved = serde_json::to_string(&h).expect("serialises");
+        let restored: DecayingHistogram = serde_json::from_str(&saved).expect("parses");
+        for p in [0.0, 0.1, 0.5, 0.9, 0.95, 0.99, 1.0] {
+            assert_eq!(restored.percentile(p), h.percentile(p), "p{p}");
+        }
+    }
+
+    #[test]
+    fn merging_two_replicas_adds_their_weights() {
+        let mut a = DecayingHistogram::new(Buckets::CPU, DAY as f64, 0);
+        let mut b = DecayingHistogram::new(Buckets::CPU, DAY as f64, 100);
+        a.add(1.0, 1.0, 0);
+        b.add(2.0, 1.0, 0);
+        a.merge(&b);
+        assert!(a.percentile(1.0).expect("not empty") >= 2.0);
+        assert!(a.percentile(0.4).expect("not empty") < 1.1);
+    }
+}

@@ -1,0 +1,15 @@
+//! Right-sizing, pure: usage history in, recommended requests out.
+//!
+//! [`histogram`] holds VPA's decaying histogram; [`recommender`] keeps per-container
+//! history and turns it into a recommendation under a [`policy::Policy`]. Reading usage
+//! from Prometheus lives in `usage/`; applying recommendations in `actuation/`.
+
+pub mod histogram;
+pub mod policy;
+pub mod recommender;
+
+pub use histogram::{Buckets, DecayingHistogram};
+pub use policy::{Policy, PolicyError};
+pub use recommender::{
+    ContainerHistory, ContainerRecommendation, Context, Prices, Requests, recommend,
+};

@@ -1,0 +1,175 @@
+//! A `RightsizingPolicy` parsed once into plain numbers for the recommender.
+
+use crate::apis::{HpaPolicy, LimitsPolicy, Mode, ResourceKind, RightsizingPolicySpec};
+use crate::model::quantity;
+
+/// Why a policy cannot be used, naming the field and value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rightsizing policy: {field}: {message}")]
+pub struct PolicyError {
+    /// The field path.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The recommender's parameters. Defaults are those of [`RightsizingPolicySpec::default`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Recommend only, or apply.
+    pub mode: Mode,
+    /// Whether CPU requests are managed.
+    pub cpu: bool,
+    /// Whether memory requests are managed.
+    pub memory: bool,
+    /// CPU target, lower-bound and upper-bound percentiles of usage samples.
+    pub cpu_percentiles: (f64, f64, f64),
+    /// Memory target, lower-bound and upper-bound percentiles of daily peaks.
+    pub memory_percentiles: (f64, f64, f64),
+    /// CPU floor and ceiling in millicores.
+    pub cpu_bounds: (Option<i64>, Option<i64>),
+    /// Memory floor and ceiling in bytes.
+    pub memory_bounds: (Option<i64>, Option<i64>),
+    /// Added on top of the target percentile (0.15 = 15%).
+    pub safety_margin: f64,
+    /// How far back to read usage, seconds.
+    pub history_window: i64,
+    /// Below this much history nothing is applied automatically, seconds.
+    pub minimum_history: i64,
+    /// Sample weight half-life, seconds.
+    pub half_life: i64,
+    /// Largest change per update, as a fraction of the current request.
+    pub max_step: f64,
+    /// Changes smaller than this fraction of the current request are not made.
+    pub min_change: f64,
+    /// What happens to limits.
+    pub limits: LimitsPolicy,
+    /// Whether resources an HPA scales on may be resized.
+    pub hpa: HpaPolicy,
+    /// Memory bump after an OOM kill, as a fraction of the memory at the kill.
+    pub oom_bump_fraction: f64,
+    /// Smallest memory bump after an OOM kill, bytes.
+    pub oom_min_bump: i64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        // The CRD defaults are valid by construction; fall back to the same numbers if a
+        // future default ever failed to parse.
+        Policy::from_spec(&RightsizingPolicySpec::default()).unwrap_or(Policy {
+            mode: Mode::Recommend,
+            cpu: true,
+            memory: true,
+            cpu_percentiles: (0.9, 0.5, 0.95),
+            memory_percentiles: (0.9, 0.5, 0.99),
+            cpu_bounds: (None, None),
+            memory_bounds: (None, None),
+            safety_margin: 0.15,
+            history_window: 14 * 86_400,
+            minimum_history: 86_400,
+            half_life: 86_400,
+            max_step: 0.5,
+            min_change: 0.1,
+            limits: LimitsPolicy::KeepRatio,
+            hpa: HpaPolicy::Skip,
+            oom_bump_fraction: 0.2,
+            oom_min_bump: 100 << 20,
+        })
+    }
+}
+
+fn quantity_field(
+    field: &str,
+    value: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    cpu: bool,
+) -> Result<Option<i64>, PolicyError> {
+    value
+        .map(|q| {
+            if cpu {
+                quantity::parse_milli(&q.0)
+            } else {
+                quantity::parse_value(&q.0)
+            }
+        })
+        .transpose()
+        .map_err(|e| PolicyError {
+            field: field.to_string(),
+            message: e.to_string(),
+        })
+}
+
+fn fraction(field: &str, v: f64) -> Result<f64, PolicyError> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(PolicyError {
+            field: field.to_string(),
+            message: format!("{v} is not between 0 and 1"),
+        })
+    }
+}
+
+impl Policy {
+    /// Parses a policy spec, rejecting bad quantities, durations and fractions.
+    pub fn from_spec(spec: &RightsizingPolicySpec) -> Result<Policy, PolicyError> {
+        let duration = |field: &str, r: Result<jiff::SignedDuration, crate::apis::Error>| {
+            r.map(|d| d.as_secs()).map_err(|e| PolicyError {
+                field: field.to_string(),
+                message: e.to_string(),
+            })
+        };
+        let cpu_percentiles = (
+            fraction("spec.cpu.percentile", spec.cpu.percentile)?,
+            fraction("spec.cpu.lowerPercentile", spec.cpu.lower_percentile)?,
+            fraction("spec.cpu.upperPercentile", spec.cpu.upper_percentile)?,
+        );
+        let memory_percentiles = (
+            fraction("spec.memory.percentile", spec.memory.percentile)?,
+            fraction("spec.memory.lowerPercentile", spec.memory.lower_percentile)?,
+            fraction("spec.memory.upperPercentile", spec.memory.upper_percentile)?,
+        );
+        let policy = Policy {
+            mode: spec.mode,
+            cpu: spec.covers(ResourceKind::Cpu),
+            memory: spec.covers(ResourceKind::Memory),
+            cpu_percentiles,
+            memory_percentiles,
+            cpu_bounds: (
+                quantity_field("spec.cpu.min", spec.cpu.min.as_ref(), true)?,
+                quantity_field("spec.cpu.max", spec.cpu.max.as_ref(), true)?,
+            ),
+            memory_bounds: (
+                quantity_field("spec.memory.min", spec.memory.min.as_ref(), false)?,
+                quantity_field("spec.memory.max", spec.memory.max.as_ref(), false)?,
+            ),
+            safety_margin: spec.safety_margin_fraction.max(0.0),
+            history_window: duration("spec.historyWindow", spec.history_window())?,
+            minimum_history: duration("spec.minimumHistory", spec.minimum_history())?,
+            half_life: duration("spec.halfLife", spec.half_life())?.max(60),
+            max_step: spec.update.max_step_fraction.max(0.0),
+            min_change: fraction(
+                "spec.update.minChangeFraction",
+                spec.update.min_change_fraction,
+            )?,
+            limits: spec.limits,
+            hpa: spec.hpa,
+            oom_bump_fraction: spec.oom_bump_fraction.max(0.0),
+            oom_min_bump: quantity_field("spec.oomMinBump", Some(&spec.oom_min_bump), false)?
+                .unwrap_or(0),
+        };
+        for (field, (lo, hi)) in [
+            ("spec.cpu", policy.cpu_bounds),
+            ("spec.memory", policy.memory_bounds),
+        ] {
+            if let (Some(lo), Some(hi)) = (lo, hi)
+                && lo > hi
+            {
+                return Err(PolicyError {
+                    field: format!("{field}.min"),
+                    message: format!("min {lo} is above max {hi}"),
+                });
+            }
+        }
+        Ok(policy)
+    }
+}

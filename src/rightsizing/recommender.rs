@@ -1,0 +1,735 @@
+//! Per-container usage state and the recommendation built from it.
+//!
+//! The core follows VPA's recommender and improves on it where the backtest says so:
+//! CPU from a decaying histogram of usage samples; memory from a decaying histogram of
+//! per-window (24h) peaks; a safety margin; bounds that widen while history is short;
+//! memory bumped after OOM kills. On top: policy floors and ceilings, the largest node's
+//! allocatable as a hard ceiling, hysteresis, a maximum step per change, HPA awareness,
+//! limit handling, and the hourly cost of the change. Pure: time is passed in.
+
+use serde::{Deserialize, Serialize};
+
+use super::histogram::{Buckets, DecayingHistogram};
+use super::policy::Policy;
+use crate::apis::{HpaPolicy, LimitsPolicy};
+use crate::model::quantity::{display_bytes, format_milli, format_value};
+
+/// Length of the window whose peak is one memory sample (VPA's aggregation interval).
+pub const MEMORY_WINDOW_SECONDS: i64 = 86_400;
+const GIB: f64 = (1u64 << 30) as f64;
+/// Confidence reaches 1 with a week of history.
+const FULL_CONFIDENCE_SECONDS: f64 = 7.0 * 86_400.0;
+
+/// An OOM kill seen in the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomEvent {
+    /// Unix seconds.
+    pub at: i64,
+    /// Memory in use (or the limit) when it happened, bytes.
+    pub memory: f64,
+}
+
+/// Everything the recommender keeps about one container across all its pods. Serialisable,
+/// so the in-cluster agent can checkpoint it and add only new samples each cycle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerHistory {
+    cpu: DecayingHistogram,
+    memory_peaks: DecayingHistogram,
+    window_start: i64,
+    window_peak: f64,
+    first: Option<i64>,
+    last: Option<i64>,
+    samples: u64,
+    ooms: Vec<OomEvent>,
+}
+
+impl ContainerHistory {
+    /// Empty history for a policy's half-life, starting at unix second `start`.
+    pub fn new(policy: &Policy, start: i64) -> Self {
+        let half_life = policy.half_life as f64;
+        ContainerHistory {
+            cpu: DecayingHistogram::new(Buckets::CPU, half_life, start),
+            memory_peaks: DecayingHistogram::new(Buckets::MEMORY, half_life, start),
+            window_start: start,
+            window_peak: 0.0,
+            first: None,
+            last: None,
+            samples: 0,
+            ooms: Vec::new(),
+        }
+    }
+
+    fn seen(&mut self, t: i64) {
+        self.first = Some(self.first.map_or(t, |f| f.min(t)));
+        self.last = Some(self.last.map_or(t, |l| l.max(t)));
+    }
+
+    /// Adds a CPU usage sample (cores) taken at `t`.
+    pub fn add_cpu(&mut self, t: i64, cores: f64) {
+        if cores.is_finite() && cores >= 0.0 {
+            // A sample of zero still counts: an idle container is information.
+            self.cpu.add(cores.max(0.001), 1.0, t);
+            self.samples += 1;
+            self.seen(t);
+        }
+    }
+
+    /// Adds a memory working-set sample (bytes) taken at `t`; the peak of each 24h window
+    /// becomes one sample of the memory histogram.
+    pub fn add_memory(&mut self, t: i64, bytes: f64) {
+        if !bytes.is_finite() || bytes < 0.0 {
+            return;
+        }
+        if t >= self.window_start + MEMORY_WINDOW_SECONDS {
+            self.close_window();
+            let windows = (t - self.window_start) / MEMORY_WINDOW_SECONDS;
+            self.window_start += windows * MEMORY_WINDOW_SECONDS;
+        }
+        self.window_peak = self.window_peak.max(bytes);
+        self.seen(t);
+    }
+
+    fn close_window(&mut self) {
+        if self.window_peak > 0.0 {
+            self.memory_peaks
+                .add(self.window_peak, 1.0, self.window_start);
+        }
+        self.window_peak = 0.0;
+    }
+
+    /// Records an OOM kill at `t` with the memory in use or the limit at the time.
+    pub fn add_oom(&mut self, t: i64, memory: f64) {
+        if !self.ooms.iter().any(|o| o.at == t) {
+            self.ooms.push(OomEvent { at: t, memory });
+            self.seen(t);
+        }
+    }
+
+    /// Seconds between the first and the last sample.
+    pub fn span_seconds(&self) -> i64 {
+        match (self.first, self.last) {
+            (Some(f), Some(l)) => l - f,
+            _ => 0,
+        }
+    }
+
+    /// CPU usage samples seen.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// The memory histogram including the open window's peak so far.
+    fn memory_with_open_window(&self) -> DecayingHistogram {
+        let mut h = self.memory_peaks.clone();
+        if self.window_peak > 0.0 {
+            h.add(self.window_peak, 1.0, self.window_start);
+        }
+        h
+    }
+}
+
+/// A container's requests and limits: CPU in millicores, memory in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Requests {
+    /// CPU request, millicores.
+    pub cpu: Option<i64>,
+    /// Memory request, bytes.
+    pub memory: Option<i64>,
+    /// CPU limit, millicores.
+    pub cpu_limit: Option<i64>,
+    /// Memory limit, bytes.
+    pub memory_limit: Option<i64>,
+}
+
+/// What else the recommendation depends on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Context {
+    /// An HPA scales this workload on CPU.
+    pub hpa_on_cpu: bool,
+    /// An HPA scales this workload on memory.
+    pub hpa_on_memory: bool,
+    /// The largest allocatable CPU (millicores) and memory (bytes) a node can offer.
+    pub largest_node: Option<(i64, i64)>,
+    /// USD per core-hour and per GiB-hour of requested capacity.
+    pub prices: Prices,
+}
+
+/// What a core and a GiB of requests cost per hour, from the catalog.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Prices {
+    /// USD per requested core-hour.
+    pub per_core_hour: f64,
+    /// USD per requested GiB-hour.
+    pub per_gib_hour: f64,
+}
+
+impl Prices {
+    /// Prices from instance types: each type's price split evenly between its allocatable
+    /// cores and GiB, and the median over types taken, so one odd size does not skew it.
+    pub fn from_instance_types(types: &[crate::model::InstanceType]) -> Prices {
+        let mut per_core = Vec::new();
+        let mut per_gib = Vec::new();
+        for t in types {
+            let Some(price) = t
+                .offerings
+                .iter()
+                .filter(|o| !o.price_is_estimate)
+                .map(|o| o.price_per_hour)
+                .reduce(f64::min)
+            else {
+                continue;
+            };
+            let cores = t.allocatable.cpu as f64 / 1000.0;
+            let gib = t.allocatable.memory as f64 / GIB;
+            if cores > 0.0 && gib > 0.0 {
+                per_core.push(price / 2.0 / cores);
+                per_gib.push(price / 2.0 / gib);
+            }
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        Prices {
+            per_core_hour: median(per_core),
+            per_gib_hour: median(per_gib),
+        }
+    }
+}
+
+/// A recommendation for one container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerRecommendation {
+    /// Current requests and limits.
+    pub current: Requests,
+    /// Recommended requests and limits.
+    pub recommended: Requests,
+    /// Lower bound: below this the container is likely starved (CPU millicores, memory bytes).
+    pub lower: (Option<i64>, Option<i64>),
+    /// Upper bound: above this is likely waste.
+    pub upper: (Option<i64>, Option<i64>),
+    /// 0..1: how much history supports the numbers (1 = a week or more).
+    pub confidence: f64,
+    /// Whether the history is long enough for autonomous changes.
+    pub actionable: bool,
+    /// Why the numbers are what they are, in words.
+    pub reasons: Vec<String>,
+    /// USD per hour the change saves (negative) or costs (positive).
+    pub hourly_cost_delta: f64,
+}
+
+fn clamp_opt(v: f64, lo: Option<i64>, hi: Option<i64>) -> f64 {
+    let v = lo.map_or(v, |l| v.max(l as f64));
+    hi.map_or(v, |h| v.min(h as f64))
+}
+
+/// One resource's recommendation before limits: the new request and the reasons.
+struct Sized {
+    request: Option<i64>,
+    lower: Option<i64>,
+    upper: Option<i64>,
+}
+
+/// Builds the recommendation for a container at `now`.
+pub fn recommend(
+    history: &ContainerHistory,
+    current: Requests,
+    policy: &Policy,
+    context: &Context,
+    now: i64,
+) -> ContainerRecommendation {
+    let mut reasons = Vec::new();
+    let span = history.span_seconds();
+    let days = (span as f64 / 86_400.0).max(1.0 / 24.0);
+    let confidence = (span as f64 / FULL_CONFIDENCE_SECONDS).clamp(0.0, 1.0);
+    let actionable = span >= policy.minimum_history;
+    if !actionable {
+        reasons.push(format!(
+            "only {}h of history (minimum {}h): recommendation shown, nothing applied automatically",
+            span / 3600,
+            policy.minimum_history / 3600
+        ));
+    }
+    // Bounds widen while history is short (VPA's confidence multipliers).
+    let upper_widen = 1.0 + 1.0 / days;
+    let lower_narrow = (1.0 + 0.001 / days).powi(-2);
+    let margin = 1.0 + policy.safety_margin;
+
+    // CPU.
+    let cpu = if policy.cpu && !history.cpu.is_empty() {
+        let (p, lo, hi) = policy.cpu_percentiles;
+        let target = history.cpu.percentile(p).unwrap_or(0.0) * margin * 1000.0;
+        let lower = history.cpu.percentile(lo).unwrap_or(0.0) * margin * 1000.0 * lower_narrow;
+        let upper = history.cpu.percentile(hi).unwrap_or(0.0) * margin * 1000.0 * upper_widen;
+        let node_max = context.largest_node.map(|(c, _)| c);
+        let (floor, ceiling) = policy.cpu_bounds;
+        let ceiling = match (ceiling, node_max) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut value = clamp_opt(target, floor, ceiling);
+        if value > target + 0.5 {
+            reasons.push(format!(
+                "cpu raised to the policy minimum {}",
+                format_milli(value.ceil() as i64)
+            ));
+        } else if value + 0.5 < target {
+            reasons.push(format!(
+                "cpu capped at {} (policy maximum or largest node)",
+                format_milli(value as i64)
+            ));
+        }
+        if context.hpa_on_cpu && policy.hpa == HpaPolicy::Skip {
+            reasons.push("an HPA scales this workload on cpu: cpu request left as is".to_string());
+            value = current.cpu.map_or(value, |c| c as f64);
+        }
+        let value = settle("cpu", value, current.cpu, policy, &mut reasons, |v| {
+            format_milli(v)
+        });
+        Some(Sized {
+            request: Some(value.max(1)),
+            lower: Some(lower.ceil() as i64),
+            upper: Some(clamp_opt(upper, None, ceiling).ceil() as i64),
+        })
+    } else {
+        None
+    };
+
+    // Memory.
+    let memory_hist = history.memory_with_open_window();
+    let memory = if policy.memory && !memory_hist.is_empty() {
+        let (p, lo, hi) = policy.memory_percentiles;
+        let mut target = memory_hist.percentile(p).unwrap_or(0.0) * margin;
+        let lower = memory_hist.percentile(lo).unwrap_or(0.0) * margin * lower_narrow;
+        let upper = memory_hist.percentile(hi).unwrap_or(0.0) * margin * upper_widen;
+        let window_start = now - policy.history_window;
+        for oom in history.ooms.iter().filter(|o| o.at >= window_start) {
+            let bumped = (oom.memory * (1.0 + policy.oom_bump_fraction))
+                .max(oom.memory + policy.oom_min_bump as f64);
+            if bumped > target {
+                target = bumped;
+                reasons.push(format!(
+                    "memory bumped to {} after an OOM kill at {}",
+                    display_bytes(bumped as i64),
+                    jiff::Timestamp::from_second(oom.at)
+                        .map_or_else(|_| oom.at.to_string(), |t| t.to_string())
+                ));
+            }
+        }
+        let node_max = context.largest_node.map(|(_, m)| m);
+        let (floor, ceiling) = policy.memory_bounds;
+        let ceiling = match (ceiling, node_max) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut value = clamp_opt(target, floor, ceiling);
+        if value > target + 1.0 {
+            reasons.push(format!(
+                "memory raised to the policy minimum {}",
+                display_bytes(value as i64)
+            ));
+        } else if value + 1.0 < target {
+            reasons.push(format!(
+                "memory capped at {} (policy maximum or largest node)",
+                display_bytes(value as i64)
+            ));
+        }
+        if context.hpa_on_memory && policy.hpa == HpaPolicy::Skip {
+            reasons.push(
+                "an HPA scales this workload on memory: memory request left as is".to_string(),
+            );
+            value = current.memory.map_or(value, |m| m as f64);
+        }
+        // Memory is rounded up to whole MiB: a request is never cut below the evidence.
+        let mib = (1 << 20) as f64;
+        let value = (value / mib).ceil() * mib;
+        let value = settle("memory", value, current.memory, policy, &mut reasons, |v| {
+            format_value(v)
+        });
+        Some(Sized {
+            request: Some(value),
+            lower: Some(lower.ceil() as i64),
+            upper: Some(clamp_opt(upper, None, ceiling).ceil() as i64),
+        })
+    } else {
+        None
+    };
+
+    // Limits.
+    let new_cpu = cpu.as_ref().and_then(|s| s.request).or(current.cpu);
+    let new_memory = memory.as_ref().and_then(|s| s.request).or(current.memory);
+    let ratio_limit =
+        |limit: Option<i64>, old: Option<i64>, new: Option<i64>| match (limit, old, new) {
+            (Some(l), Some(o), Some(n)) if o > 0 => {
+                Some(((l as f64) * (n as f64) / (o as f64)).ceil() as i64)
+            }
+            (l, _, _) => l,
+        };
+    let (cpu_limit, memory_limit) = match policy.limits {
+        LimitsPolicy::KeepRatio => (
+            ratio_limit(current.cpu_limit, current.cpu, new_cpu),
+            ratio_limit(current.memory_limit, current.memory, new_memory),
+        ),
+        LimitsPolicy::DropCpu => (
+            None,
+            ratio_limit(current.memory_limit, current.memory, new_memory),
+        ),
+        LimitsPolicy::Keep => (current.cpu_limit, current.memory_limit),
+        LimitsPolicy::Remove => (None, None),
+    };
+    // A limit below the request is invalid: raise it to the request.
+    let cpu_limit = cpu_limit.map(|l| l.max(new_cpu.unwrap_or(0)));
+    let memory_limit = memory_limit.map(|l| l.max(new_memory.unwrap_or(0)));
+
+    let delta_cores = (new_cpu.unwrap_or(0) - current.cpu.unwrap_or(0)) as f64 / 1000.0;
+    let delta_gib = (new_memory.unwrap_or(0) - current.memory.unwrap_or(0)) as f64 / GIB;
+    let hourly_cost_delta =
+        delta_cores * context.prices.per_core_hour + delta_gib * context.prices.per_gib_hour;
+
+    ContainerRecommendation {
+        current,
+        recommended: Requests {
+            cpu: new_cpu,
+            memory: new_memory,
+            cpu_limit,
+            memory_limit,
+        },
+        lower: (
+            cpu.as_ref().and_then(|s| s.lower),
+            memory.as_ref().and_then(|s| s.lower),
+        ),
+        upper: (
+            cpu.as_ref().and_then(|s| s.upper),
+            memory.as_ref().and_then(|s| s.upper),
+        ),
+        confidence,
+        actionable,
+        reasons,
+        hourly_cost_delta,
+    }
+}
+
+/// Applies hysteresis and the maximum step against the current request.
+fn settle(
+    what: &str,
+    target: f64,
+    current: Option<i64>,
+    policy: &Policy,
+    reasons: &mut Vec<String>,
+    show: impl Fn(i64) -> String,
+) -> i64 {
+    let target = target.ceil() as i64;
+    let Some(current) = current.filter(|c| *c > 0) else {
+        return target;
+    };
+    let change = (target - current) as f64 / current as f64;
+    if change.abs() < policy.min_change {
+        if target != current {
+            reasons.push(format!(
+                "{what} within {:.0}% of the current request: unchanged",
+                policy.min_change * 100.0
+            ));
+        }
+        return current;
+    }
+    if policy.max_step > 0.0 && change.abs() > policy.max_step {
+        let stepped = if change > 0.0 {
+            (current as f64 * (1.0 + policy.max_step)).ceil() as i64
+        } else {
+            (current as f64 * (1.0 - policy.max_step)).ceil() as i64
+        };
+        reasons.push(format!(
+            "{what} moves at most {:.0}% per change: {} now, {} is the target",
+            policy.max_step * 100.0,
+            show(stepped),
+            show(target)
+        ));
+        return stepped;
+    }
+    target
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400;
+    const MIB: i64 = 1 << 20;
+
+    fn policy() -> Policy {
+        Policy {
+            max_step: 0.0,
+            ..Policy::default()
+        }
+    }
+
+    /// `days` of minute samples: CPU cycling 0.1..=0.5 cores, memory 400-500 MiB.
+    fn history(days: i64) -> ContainerHistory {
+        let mut h = ContainerHistory::new(&policy(), 0);
+        for m in 0..days * 1440 {
+            let t = m * 60;
+            h.add_cpu(t, 0.1 + (m % 5) as f64 * 0.1);
+            h.add_memory(t, ((400 + (m % 101)) * MIB) as f64);
+        }
+        h
+    }
+
+    fn current(cpu: i64, memory: i64) -> Requests {
+        Requests {
+            cpu: Some(cpu),
+            memory: Some(memory),
+            cpu_limit: Some(cpu * 2),
+            memory_limit: Some(memory * 2),
+        }
+    }
+
+    #[test]
+    fn cpu_is_the_target_percentile_plus_margin_and_memory_the_daily_peak_plus_margin() {
+        let h = history(7);
+        let r = recommend(
+            &h,
+            current(2000, 2048 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        // p90 of {0.1..0.5} is 0.5 (within one 5% bucket), plus 15%.
+        let cpu = r.recommended.cpu.expect("cpu");
+        assert!((575..=610).contains(&cpu), "{cpu}");
+        // Daily peak is 500 MiB every day, plus 15%, within one bucket.
+        let mem = r.recommended.memory.expect("memory");
+        assert!((575 * MIB..=610 * MIB).contains(&mem), "{}", mem / MIB);
+        assert_eq!(r.confidence, 1.0 - 60.0 / FULL_CONFIDENCE_SECONDS);
+        assert!(r.actionable);
+        assert!(r.lower.0 <= r.recommended.cpu && r.recommended.cpu <= r.upper.0);
+    }
+
+    #[test]
+    fn short_history_lowers_confidence_widens_bounds_and_blocks_autonomy() {
+        let short = history(0).clone();
+        let mut h = short;
+        for m in 0..360 {
+            h.add_cpu(m * 60, 0.3);
+            h.add_memory(m * 60, (300 * MIB) as f64);
+        }
+        let r = recommend(
+            &h,
+            current(1000, 1024 * MIB),
+            &policy(),
+            &Context::default(),
+            6 * 3600,
+        );
+        assert!(!r.actionable);
+        assert!(r.confidence < 0.05);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("history")),
+            "{:?}",
+            r.reasons
+        );
+        let week = recommend(
+            &history(7),
+            current(1000, 1024 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        let spread = |r: &ContainerRecommendation| {
+            r.upper.0.unwrap_or(0) as f64 / r.recommended.cpu.unwrap_or(1) as f64
+        };
+        assert!(
+            spread(&r) > spread(&week),
+            "bounds are wider with less history"
+        );
+    }
+
+    #[test]
+    fn an_oom_kill_bumps_memory_above_the_memory_at_the_kill() {
+        let mut h = history(3);
+        h.add_oom(2 * DAY, (900 * MIB) as f64);
+        let r = recommend(
+            &h,
+            current(1000, 512 * MIB),
+            &policy(),
+            &Context::default(),
+            3 * DAY,
+        );
+        // max(900Mi x 1.2, 900Mi + 100Mi) = 1080Mi.
+        assert_eq!(r.recommended.memory, Some(1080 * MIB), "{:?}", r.reasons);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("OOM kill")),
+            "{:?}",
+            r.reasons
+        );
+        // An OOM older than the history window no longer counts.
+        let r = recommend(
+            &h,
+            current(1000, 1024 * MIB),
+            &policy(),
+            &Context::default(),
+            30 * DAY,
+        );
+        assert!(r.recommended.memory.expect("memory") < 700 * MIB);
+    }
+
+    #[test]
+    fn small_changes_are_not_made() {
+        let h = history(7);
+        let r = recommend(
+            &h,
+            current(600, 600 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        assert_eq!(r.recommended.cpu, Some(600));
+        assert_eq!(r.recommended.memory, Some(600 * MIB));
+        assert!(r.reasons.iter().any(|x| x.contains("unchanged")));
+        assert_eq!(r.hourly_cost_delta, 0.0);
+    }
+
+    #[test]
+    fn a_change_moves_at_most_the_maximum_step() {
+        let h = history(7);
+        let stepped = Policy {
+            max_step: 0.5,
+            ..policy()
+        };
+        let r = recommend(
+            &h,
+            current(4000, 4096 * MIB),
+            &stepped,
+            &Context::default(),
+            7 * DAY,
+        );
+        assert_eq!(r.recommended.cpu, Some(2000));
+        assert_eq!(r.recommended.memory, Some(2048 * MIB));
+        assert!(r.reasons.iter().any(|x| x.contains("at most 50%")));
+    }
+
+    #[test]
+    fn policy_bounds_and_the_largest_node_clamp_the_request() {
+        let h = history(7);
+        let bounded = Policy {
+            cpu_bounds: (Some(1000), None),
+            memory_bounds: (None, Some(256 * MIB)),
+            ..policy()
+        };
+        let r = recommend(
+            &h,
+            current(4000, 4096 * MIB),
+            &bounded,
+            &Context::default(),
+            7 * DAY,
+        );
+        assert_eq!(r.recommended.cpu, Some(1000));
+        assert_eq!(r.recommended.memory, Some(256 * MIB));
+        let tiny_node = Context {
+            largest_node: Some((300, 8192 * MIB)),
+            ..Context::default()
+        };
+        let r = recommend(
+            &h,
+            current(4000, 4096 * MIB),
+            &policy(),
+            &tiny_node,
+            7 * DAY,
+        );
+        assert_eq!(r.recommended.cpu, Some(300));
+    }
+
+    #[test]
+    fn resources_an_hpa_scales_on_are_left_alone_by_default() {
+        let h = history(7);
+        let hpa = Context {
+            hpa_on_cpu: true,
+            ..Context::default()
+        };
+        let r = recommend(&h, current(4000, 4096 * MIB), &policy(), &hpa, 7 * DAY);
+        assert_eq!(r.recommended.cpu, Some(4000));
+        assert!(r.recommended.memory.expect("memory") < 1024 * MIB);
+        let allowed = Policy {
+            hpa: HpaPolicy::AllowWithTargetScaling,
+            ..policy()
+        };
+        let r = recommend(&h, current(4000, 4096 * MIB), &allowed, &hpa, 7 * DAY);
+        assert!(r.recommended.cpu.expect("cpu") < 1000);
+    }
+
+    #[test]
+    fn limits_keep_their_ratio_or_follow_the_policy() {
+        let h = history(7);
+        let r = recommend(
+            &h,
+            current(2000, 2048 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        let rec = r.recommended;
+        assert_eq!(rec.cpu_limit, rec.cpu.map(|c| c * 2));
+        assert_eq!(rec.memory_limit, rec.memory.map(|m| m * 2));
+        let drop = Policy {
+            limits: LimitsPolicy::DropCpu,
+            ..policy()
+        };
+        let r = recommend(
+            &h,
+            current(2000, 2048 * MIB),
+            &drop,
+            &Context::default(),
+            7 * DAY,
+        );
+        assert_eq!(r.recommended.cpu_limit, None);
+        assert!(r.recommended.memory_limit.is_some());
+    }
+
+    #[test]
+    fn the_cost_effect_prices_the_change_in_cores_and_gib() {
+        let h = history(7);
+        let ctx = Context {
+            prices: Prices {
+                per_core_hour: 0.04,
+                per_gib_hour: 0.005,
+            },
+            ..Context::default()
+        };
+        let r = recommend(&h, current(2000, 2048 * MIB), &policy(), &ctx, 7 * DAY);
+        let cores = (r.recommended.cpu.expect("cpu") - 2000) as f64 / 1000.0;
+        let gib = (r.recommended.memory.expect("memory") - 2048 * MIB) as f64 / (1u64 << 30) as f64;
+        assert!((r.hourly_cost_delta - (cores * 0.04 + gib * 0.005)).abs() < 1e-12);
+        assert!(r.hourly_cost_delta < 0.0, "shrinking saves money");
+    }
+
+    #[test]
+    fn history_checkpoints_restore_to_the_same_recommendation() {
+        let h = history(3);
+        let json = serde_json::to_string(&h).expect("serialises");
+        let back: ContainerHistory = serde_json::from_str(&json).expect("parses");
+        let a = recommend(
+            &h,
+            current(2000, 2048 * MIB),
+            &policy(),
+            &Context::default(),
+            3 * DAY,
+        );
+        let b = recommend(
+            &back,
+            current(2000, 2048 * MIB),
+            &policy(),
+            &Context::default(),
+            3 * DAY,
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn prices_split_each_type_between_cores_and_memory() {
+        let catalog = crate::catalog::Catalog::builtin().expect("built-in catalog");
+        let types = catalog
+            .instance_types(&crate::catalog::CatalogOptions::for_region("eastus"))
+            .expect("eastus");
+        let p = Prices::from_instance_types(&types);
+        assert!((0.005..0.05).contains(&p.per_core_hour), "{p:?}");
+        assert!((0.0005..0.01).contains(&p.per_gib_hour), "{p:?}");
+    }
+}
