@@ -22,3 +22,4 @@ pub mod scheduling;
 pub mod server;
 pub mod state;
 pub mod telemetry;
+pub mod usage;

@@ -1,0 +1,311 @@
+//! Usage from a real Prometheus server (Debian's package), backfilled with promtool: the
+//! Prometheus usage source must return what was written, per container, and fail clearly
+//! when Prometheus is not there.
+
+use std::f64::consts::PI;
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tailor::usage::prometheus::{PrometheusSettings, PrometheusSource};
+use tailor::usage::{ContainerKey, UsageError, UsageQuery, UsageSource};
+
+const DAY: i64 = 86_400;
+const MIB: f64 = 1_048_576.0;
+
+/// A Prometheus server on a free loopback port over a backfilled copy of the data.
+struct TestPrometheus {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TestPrometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn require(binary: &str) {
+    let found = Command::new(binary)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    // A test that needs the real server fails when it is missing; it never passes silently.
+    assert!(
+        found,
+        "{binary} is not installed: run ./scripts/test, which installs Debian's prometheus package"
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+async fn start_prometheus(openmetrics: &str) -> TestPrometheus {
+    require("prometheus");
+    require("promtool");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("history.om");
+    std::fs::write(&input, openmetrics).expect("write history");
+    let data = dir.path().join("data");
+    let status = Command::new("promtool")
+        .args([
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "--max-block-duration=1000h",
+        ])
+        .arg(&input)
+        .arg(&data)
+        .stdout(Stdio::null())
+        .status()
+        .expect("promtool runs");
+    assert!(status.success(), "promtool backfill failed");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        "global:\n  scrape_interval: 1m\nscrape_configs: []\n",
+    )
+    .expect("write config");
+    let port = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", data.display()))
+        .arg("--storage.tsdb.retention.time=3650d")
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let server = TestPrometheus {
+        child,
+        url,
+        _dir: dir,
+    };
+    tailor::telemetry::install_tls_provider();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = client
+            .get(format!("{}/-/ready", server.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "prometheus did not become ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server
+}
+
+/// CPU cores of a synthetic container at time `t` (diurnal around `base`).
+fn cpu_at(base: f64, t: i64) -> f64 {
+    base * (1.0 + 0.5 * (2.0 * PI * (t % DAY) as f64 / DAY as f64).sin())
+}
+
+/// Memory bytes of a synthetic container at time `t`.
+fn memory_at(base_mib: f64, t: i64) -> f64 {
+    ((base_mib + 40.0 * (2.0 * PI * (t % DAY) as f64 / DAY as f64).cos()) * MIB).round()
+}
+
+struct Fixture {
+    start: i64,
+    end: i64,
+    openmetrics: String,
+}
+
+/// Two days of one-minute samples ending a day ago: two web containers, a batch worker
+/// OOM-killed after 36 hours, and the pause and cgroup series that must be ignored.
+fn fixture() -> Fixture {
+    let now = jiff::Timestamp::now().as_second();
+    let start = (now / 3600) * 3600 - 3 * DAY;
+    let end = start + 2 * DAY;
+    let containers = [
+        ("shop", "web-1", "app", 0.4, 300.0),
+        ("shop", "web-2", "app", 0.6, 500.0),
+        ("batch", "job-x", "worker", 1.0, 1024.0),
+    ];
+    let mut om = String::new();
+    om.push_str("# TYPE container_cpu_usage_seconds counter\n");
+    for (ns, pod, c, base, _) in containers {
+        let mut total = 0.0;
+        for t in (start..=end).step_by(60) {
+            total += cpu_at(base, t) * 60.0;
+            let _ = writeln!(
+                om,
+                "container_cpu_usage_seconds_total{{namespace=\"{ns}\",pod=\"{pod}\",container=\"{c}\"}} {total} {t}"
+            );
+        }
+    }
+    for (ns, pod, c) in [("shop", "web-1", "POD"), ("shop", "web-1", "")] {
+        for t in (start..=end).step_by(60) {
+            let _ = writeln!(
+                om,
+                "container_cpu_usage_seconds_total{{namespace=\"{ns}\",pod=\"{pod}\",container=\"{c}\"}} {} {t}",
+                (t - start) as f64 * 5.0
+            );
+        }
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for (ns, pod, c, _, mib) in containers {
+        for t in (start..=end).step_by(60) {
+            let _ = writeln!(
+                om,
+                "container_memory_working_set_bytes{{namespace=\"{ns}\",pod=\"{pod}\",container=\"{c}\"}} {} {t}",
+                memory_at(mib, t)
+            );
+        }
+    }
+    om.push_str("# TYPE kube_pod_container_status_last_terminated_reason gauge\n");
+    for t in (start + 36 * 3600..=end).step_by(60) {
+        let _ = writeln!(
+            om,
+            "kube_pod_container_status_last_terminated_reason{{namespace=\"batch\",pod=\"job-x\",container=\"worker\",reason=\"OOMKilled\"}} 1 {t}"
+        );
+    }
+    om.push_str("# EOF\n");
+    Fixture {
+        start,
+        end,
+        openmetrics: om,
+    }
+}
+
+fn key(ns: &str, pod: &str, c: &str) -> ContainerKey {
+    ContainerKey {
+        namespace: ns.into(),
+        pod: pod.into(),
+        container: c.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_read_back_from_prometheus_matches_the_generated_history() {
+    let f = fixture();
+    let server = start_prometheus(&f.openmetrics).await;
+    let source =
+        PrometheusSource::new(PrometheusSettings::new(&server.url)).expect("source builds");
+    // Skip the first 10 minutes, where rate() has not five minutes of counter behind it.
+    let query = UsageQuery {
+        namespaces: Vec::new(),
+        start: f.start + 600,
+        end: f.end,
+        step: 60,
+    };
+    let usage = source.usage(&query).await.expect("usage reads");
+    let keys: Vec<&ContainerKey> = usage.containers.keys().collect();
+    assert_eq!(
+        keys,
+        vec![
+            &key("batch", "job-x", "worker"),
+            &key("shop", "web-1", "app"),
+            &key("shop", "web-2", "app")
+        ],
+        "pause and cgroup-level series are left out"
+    );
+    // Two chunks of at most a day, three metrics each.
+    assert_eq!(usage.queries, 6);
+    for (k, base, mib) in [
+        (key("shop", "web-1", "app"), 0.4, 300.0),
+        (key("shop", "web-2", "app"), 0.6, 500.0),
+    ] {
+        let u = &usage.containers[&k];
+        let expected_points = ((query.end - query.start) / 60 + 1) as usize;
+        assert_eq!(u.memory.len(), expected_points, "{k:?}");
+        // Memory gauges come back exactly.
+        for (t, v) in &u.memory {
+            assert_eq!(*v, memory_at(mib, *t), "{k:?} memory at {t}");
+        }
+        // CPU is rate() over 5 minutes of a counter built from the per-minute usage: each
+        // point is the mean usage of the five minutes before it.
+        assert!(
+            u.cpu.len() >= expected_points - 1,
+            "{k:?}: {} cpu points",
+            u.cpu.len()
+        );
+        for (t, v) in &u.cpu {
+            let mean: f64 = (0..5).map(|i| cpu_at(base, t - i * 60)).sum::<f64>() / 5.0;
+            assert!(
+                (v - mean).abs() <= 0.01 * mean,
+                "{k:?} cpu at {t}: {v} vs {mean}"
+            );
+        }
+        assert!(u.oom_kills.is_empty());
+    }
+    let worker = &usage.containers[&key("batch", "job-x", "worker")];
+    assert_eq!(
+        worker.oom_kills,
+        vec![f.start + 36 * 3600],
+        "the OOM kill is dated by its first sample"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_filter_reads_only_those_namespaces() {
+    let f = fixture();
+    let server = start_prometheus(&f.openmetrics).await;
+    let source =
+        PrometheusSource::new(PrometheusSettings::new(&server.url)).expect("source builds");
+    let usage = source
+        .usage(&UsageQuery {
+            namespaces: vec!["batch".to_string()],
+            start: f.start + 600,
+            end: f.start + 3600,
+            step: 60,
+        })
+        .await
+        .expect("usage reads");
+    assert_eq!(
+        usage.containers.keys().collect::<Vec<_>>(),
+        vec![&key("batch", "job-x", "worker")]
+    );
+    assert_eq!(usage.queries, 3);
+}
+
+#[tokio::test]
+async fn an_unreachable_prometheus_is_an_error_naming_it() {
+    let port = free_port();
+    let mut settings = PrometheusSettings::new(&format!("http://127.0.0.1:{port}"));
+    settings.retries = 1;
+    settings.timeout = Duration::from_secs(2);
+    let source = PrometheusSource::new(settings).expect("source builds");
+    let err = source
+        .usage(&UsageQuery {
+            namespaces: Vec::new(),
+            start: 1_800_000_000,
+            end: 1_800_003_600,
+            step: 60,
+        })
+        .await
+        .expect_err("nothing listens there");
+    assert!(matches!(err, UsageError::Unavailable { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_settings_are_rejected_before_any_query() {
+    let mut settings = PrometheusSettings::new("http://127.0.0.1:9090");
+    settings.bearer_token_file = Some(Path::new("/nonexistent/token").to_path_buf());
+    let err = PrometheusSource::new(settings)
+        .err()
+        .expect("missing token file");
+    assert!(err.to_string().contains("/nonexistent/token"), "{err}");
+    let mut settings = PrometheusSettings::new("http://127.0.0.1:9090");
+    settings.headers = vec![("bad header".to_string(), "x".to_string())];
+    assert!(PrometheusSource::new(settings).is_err());
+}
