@@ -309,3 +309,201 @@ fn bad_settings_are_rejected_before_any_query() {
     settings.headers = vec![("bad header".to_string(), "x".to_string())];
     assert!(PrometheusSource::new(settings).is_err());
 }
+
+const SNAPSHOT: &str = "
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: default, namespace: tailor}
+spec:
+  update: {maxStepFraction: 1.0}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  serviceName: web
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: app
+        image: shop/web
+        resources:
+          requests: {cpu: '2', memory: 2Gi}
+          limits: {cpu: '4', memory: 4Gi}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: job-x, namespace: batch}
+spec:
+  containers:
+  - {name: worker, image: batch/worker, resources: {requests: {cpu: '1', memory: 512Mi}}}
+";
+
+/// The weighted percentile of `samples` with VPA's decay weights (half-life one day),
+/// computed directly from the values — no buckets.
+fn weighted_percentile(samples: &[(i64, f64)], start: i64, p: f64) -> f64 {
+    let mut v: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|(t, x)| (*x, ((t - start) as f64 / DAY as f64).exp2()))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: f64 = v.iter().map(|s| s.1).sum();
+    let mut sum = 0.0;
+    for (x, w) in &v {
+        sum += w;
+        if sum >= p * total {
+            return *x;
+        }
+    }
+    v.last().map_or(0.0, |s| s.0)
+}
+
+fn tailor(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("tailor runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn cpu_milli(q: &serde_json::Value) -> f64 {
+    let s = q.as_str().expect("a quantity");
+    s.strip_suffix('m').map_or_else(
+        || s.parse::<f64>().expect("cores") * 1000.0,
+        |m| m.parse().expect("millicores"),
+    )
+}
+
+fn bytes(q: &serde_json::Value) -> f64 {
+    let s = q.as_str().expect("a quantity");
+    match s.strip_suffix("Mi") {
+        Some(m) => m.parse::<f64>().expect("MiB") * MIB,
+        None => match s.strip_suffix("Gi") {
+            Some(g) => g.parse::<f64>().expect("GiB") * 1024.0 * MIB,
+            None => s.parse().expect("bytes"),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
+    let f = fixture();
+    let server = start_prometheus(&f.openmetrics).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(&snapshot, SNAPSHOT).expect("write snapshot");
+    let now = jiff::Timestamp::from_second(f.end)
+        .expect("valid")
+        .to_string();
+    let url = server.url.clone();
+    let snap = snapshot.to_string_lossy().into_owned();
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        tailor(&[
+            "recommend",
+            "--prometheus-url",
+            &url,
+            "--snapshot",
+            &snap,
+            "--history",
+            "2d",
+            "--now",
+            &now,
+            "-o",
+            "json",
+        ])
+    })
+    .await
+    .expect("joined");
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    let recs = report["recommendations"].as_array().expect("a list");
+    assert_eq!(recs.len(), 2, "{report}");
+    let web = recs
+        .iter()
+        .find(|r| r["workload"]["name"] == "web")
+        .expect("the StatefulSet's container, pooled over web-1 and web-2");
+    assert_eq!(web["workload"]["kind"], "StatefulSet");
+    assert_eq!(web["container"], "app");
+    assert_eq!(web["current"]["requests"]["cpu"], "2");
+
+    // CPU: p90 of both replicas' 5-minute mean usage, decay-weighted, plus 15%.
+    let mut cpu = Vec::new();
+    for base in [0.4, 0.6] {
+        for t in (f.end - 2 * DAY + 600..=f.end).step_by(60) {
+            let mean: f64 = (0..5).map(|i| cpu_at(base, t - i * 60)).sum::<f64>() / 5.0;
+            cpu.push((t, mean));
+        }
+    }
+    let expected_cpu = weighted_percentile(&cpu, f.end - 2 * DAY, 0.9) * 1.15 * 1000.0;
+    let got_cpu = cpu_milli(&web["recommended"]["requests"]["cpu"]);
+    assert!(
+        got_cpu >= expected_cpu * 0.999 && got_cpu <= expected_cpu * 1.05 + 1.0,
+        "cpu {got_cpu}m vs {expected_cpu:.0}m"
+    );
+    // Memory: the daily peak over both replicas (web-2 reaches 540Mi every day), plus 15%.
+    let expected_memory = 540.0 * MIB * 1.15;
+    let got_memory = bytes(&web["recommended"]["requests"]["memory"]);
+    assert!(
+        got_memory >= expected_memory && got_memory <= expected_memory * 1.05 + MIB,
+        "memory {} vs {}",
+        got_memory / MIB,
+        expected_memory / MIB
+    );
+    // Limits keep their 2x ratio; shrinking saves money.
+    assert_eq!(
+        cpu_milli(&web["recommended"]["limits"]["cpu"]),
+        2.0 * got_cpu
+    );
+    assert!(web["monthlyCostDelta"].as_f64().expect("a number") < 0.0);
+
+    let worker = recs
+        .iter()
+        .find(|r| r["workload"]["name"] == "job-x")
+        .expect("the bare pod");
+    assert_eq!(worker["workload"]["kind"], "Pod");
+    // The OOM kill bumps memory to at least the memory at the kill plus 20%.
+    let at_kill = (0..=36 * 60)
+        .map(|m| memory_at(1024.0, f.start + m * 60))
+        .fold(0.0, f64::max);
+    assert!(
+        bytes(&worker["recommended"]["requests"]["memory"]) >= at_kill * 1.2,
+        "{worker}"
+    );
+    assert!(
+        worker["reasons"]
+            .as_array()
+            .expect("reasons")
+            .iter()
+            .any(|r| r.as_str().is_some_and(|s| s.contains("OOM")))
+    );
+    assert_eq!(report["summary"]["prometheusQueries"], 6);
+    assert_eq!(report["summary"]["containers"], 2);
+}
+
+#[test]
+fn tailor_recommend_reports_an_unreachable_prometheus_and_prints_no_recommendation() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(&snapshot, SNAPSHOT).expect("write snapshot");
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let (ok, stdout, stderr) = tailor(&[
+        "recommend",
+        "--prometheus-url",
+        &url,
+        "--prometheus-timeout-seconds",
+        "2",
+        "--snapshot",
+        snapshot.to_str().expect("utf-8"),
+    ]);
+    assert!(!ok);
+    assert!(stdout.is_empty(), "no recommendation is printed: {stdout}");
+    assert!(stderr.contains(&url), "{stderr}");
+}

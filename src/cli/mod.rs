@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod crds;
+pub mod recommend;
 pub mod simulate;
 
 use std::io::Write;
@@ -35,6 +36,9 @@ pub enum Command {
     /// List the VM sizes Tailor can buy in a region: allocatable after AKS overhead and
     /// price per offering.
     Catalog(catalog::CatalogArgs),
+    /// Recommend right-sized requests for every workload container from its usage history
+    /// in Prometheus, with the monthly cost effect. Changes nothing.
+    Recommend(recommend::RecommendArgs),
     /// Plan a cluster snapshot's pending pods: placements on existing nodes, the cheapest
     /// new nodes that fit the rest, and pods that cannot land with the reason.
     Simulate(simulate::SimulateArgs),
@@ -86,6 +90,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Crds(args) => crds::run(args, out),
         Command::Catalog(args) => catalog::run(args, out),
         Command::Simulate(args) => simulate::run(args, out),
+        Command::Recommend(args) => recommend::run(args, out),
     }
 }
 

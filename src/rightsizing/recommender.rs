@@ -283,9 +283,15 @@ pub fn recommend(
             reasons.push("an HPA scales this workload on cpu: cpu request left as is".to_string());
             value = current.cpu.map_or(value, |c| c as f64);
         }
-        let value = settle("cpu", value, current.cpu, policy, &mut reasons, |v| {
-            format_milli(v)
-        });
+        let value = settle(
+            "cpu",
+            value,
+            current.cpu,
+            policy,
+            false,
+            &mut reasons,
+            |v| format_milli(v),
+        );
         Some(Sized {
             request: Some(value.max(1)),
             lower: Some(lower.ceil() as i64),
@@ -300,6 +306,7 @@ pub fn recommend(
     let memory = if policy.memory && !memory_hist.is_empty() {
         let (p, lo, hi) = policy.memory_percentiles;
         let mut target = memory_hist.percentile(p).unwrap_or(0.0) * margin;
+        let mut oom_driven = false;
         let lower = memory_hist.percentile(lo).unwrap_or(0.0) * margin * lower_narrow;
         let upper = memory_hist.percentile(hi).unwrap_or(0.0) * margin * upper_widen;
         let window_start = now - policy.history_window;
@@ -308,6 +315,7 @@ pub fn recommend(
                 .max(oom.memory + policy.oom_min_bump as f64);
             if bumped > target {
                 target = bumped;
+                oom_driven = true;
                 reasons.push(format!(
                     "memory bumped to {} after an OOM kill at {}",
                     display_bytes(bumped as i64),
@@ -343,9 +351,17 @@ pub fn recommend(
         // Memory is rounded up to whole MiB: a request is never cut below the evidence.
         let mib = (1 << 20) as f64;
         let value = (value / mib).ceil() * mib;
-        let value = settle("memory", value, current.memory, policy, &mut reasons, |v| {
-            format_value(v)
-        });
+        // An increase forced by an OOM kill is not held back by the maximum step: the
+        // container is being killed at its current size.
+        let value = settle(
+            "memory",
+            value,
+            current.memory,
+            policy,
+            oom_driven,
+            &mut reasons,
+            |v| format_value(v),
+        );
         Some(Sized {
             request: Some(value),
             lower: Some(lower.ceil() as i64),
@@ -415,6 +431,7 @@ fn settle(
     target: f64,
     current: Option<i64>,
     policy: &Policy,
+    urgent_increase: bool,
     reasons: &mut Vec<String>,
     show: impl Fn(i64) -> String,
 ) -> i64 {
@@ -432,7 +449,8 @@ fn settle(
         }
         return current;
     }
-    if policy.max_step > 0.0 && change.abs() > policy.max_step {
+    let held_back = !(urgent_increase && change > 0.0);
+    if held_back && policy.max_step > 0.0 && change.abs() > policy.max_step {
         let stepped = if change > 0.0 {
             (current as f64 * (1.0 + policy.max_step)).ceil() as i64
         } else {
@@ -569,6 +587,24 @@ mod tests {
             30 * DAY,
         );
         assert!(r.recommended.memory.expect("memory") < 700 * MIB);
+    }
+
+    #[test]
+    fn an_oom_driven_increase_is_not_held_back_by_the_maximum_step() {
+        let mut h = history(3);
+        h.add_oom(2 * DAY, (900 * MIB) as f64);
+        let stepped = Policy {
+            max_step: 0.5,
+            ..policy()
+        };
+        let r = recommend(
+            &h,
+            current(1000, 256 * MIB),
+            &stepped,
+            &Context::default(),
+            3 * DAY,
+        );
+        assert_eq!(r.recommended.memory, Some(1080 * MIB), "{:?}", r.reasons);
     }
 
     #[test]

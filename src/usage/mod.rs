@@ -1,6 +1,7 @@
 //! Reading usage history: the [`UsageSource`] trait and its Prometheus implementation.
 
 pub mod prometheus;
+pub mod workloads;
 
 use std::future::Future;
 

@@ -108,6 +108,14 @@ impl PrometheusSource {
                 })?;
             headers.insert(AUTHORIZATION, value);
         }
+        if let Some((user, password)) = &settings.basic_auth {
+            use base64::Engine as _;
+            let encoded =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            let value = HeaderValue::from_str(&format!("Basic {encoded}"))
+                .map_err(|e| settings_error(format!("basic auth: {e}")))?;
+            headers.insert(AUTHORIZATION, value);
+        }
         for (name, value) in &settings.headers {
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|e| settings_error(format!("header name {name:?}: {e}")))?;
