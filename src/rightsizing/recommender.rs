@@ -290,7 +290,7 @@ pub fn recommend(
             policy,
             false,
             &mut reasons,
-            |v| format_milli(v),
+            format_milli,
         );
         Some(Sized {
             request: Some(value.max(1)),
@@ -360,7 +360,7 @@ pub fn recommend(
             policy,
             oom_driven,
             &mut reasons,
-            |v| format_value(v),
+            format_value,
         );
         Some(Sized {
             request: Some(value),
