@@ -20,6 +20,7 @@ pub mod report;
 pub mod rightsizing;
 pub mod scheduling;
 pub mod server;
+pub mod sim;
 pub mod state;
 pub mod telemetry;
 pub mod usage;

@@ -181,6 +181,22 @@ pub struct CpuPolicy {
     /// Largest CPU request Tailor recommends, for example `8`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<Quantity>,
+    /// Percentile of CPU usage that bursts reach (0 to 1), when set: the request is then at
+    /// least this percentile divided by `burstHeadroom`, so bursts rarely need more than
+    /// that many times the request. Unset by default (it trades waste for fewer starved
+    /// bursts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub burst_percentile: Option<f64>,
+    /// How many times its request a burst may use (CPU is compressible; limits and node
+    /// slack carry the burst).
+    #[serde(default = "default_burst_headroom")]
+    #[schemars(range(min = 1.0, max = 10.0))]
+    pub burst_headroom: f64,
+}
+
+fn default_burst_headroom() -> f64 {
+    2.0
 }
 
 impl Default for CpuPolicy {
@@ -191,6 +207,8 @@ impl Default for CpuPolicy {
             upper_percentile: default_cpu_upper_percentile(),
             min: None,
             max: None,
+            burst_percentile: None,
+            burst_headroom: default_burst_headroom(),
         }
     }
 }
@@ -219,6 +237,10 @@ pub struct MemoryPolicy {
     /// Largest memory request Tailor recommends, for example `16Gi`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<Quantity>,
+    /// Follow rising daily peaks: when peaks grow day over day (a leak, a growing cache),
+    /// size for the peak projected a day ahead. Off by default.
+    #[serde(default)]
+    pub trend: bool,
 }
 
 impl Default for MemoryPolicy {
@@ -229,6 +251,7 @@ impl Default for MemoryPolicy {
             upper_percentile: default_memory_upper_percentile(),
             min: None,
             max: None,
+            trend: false,
         }
     }
 }

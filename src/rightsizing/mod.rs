@@ -4,6 +4,7 @@
 //! history and turns it into a recommendation under a [`policy::Policy`]. Reading usage
 //! from Prometheus lives in `usage/`; applying recommendations in `actuation/`.
 
+pub mod backtest;
 pub mod histogram;
 pub mod policy;
 pub mod recommender;

@@ -26,6 +26,11 @@ pub struct Policy {
     pub cpu_percentiles: (f64, f64, f64),
     /// Memory target, lower-bound and upper-bound percentiles of daily peaks.
     pub memory_percentiles: (f64, f64, f64),
+    /// CPU burst percentile and headroom: the request is at least the burst percentile
+    /// divided by the headroom.
+    pub cpu_burst: Option<(f64, f64)>,
+    /// Project rising daily memory peaks a day ahead.
+    pub memory_trend: bool,
     /// CPU floor and ceiling in millicores.
     pub cpu_bounds: (Option<i64>, Option<i64>),
     /// Memory floor and ceiling in bytes.
@@ -62,6 +67,8 @@ impl Default for Policy {
             memory: true,
             cpu_percentiles: (0.9, 0.5, 0.95),
             memory_percentiles: (0.9, 0.5, 0.99),
+            cpu_burst: None,
+            memory_trend: false,
             cpu_bounds: (None, None),
             memory_bounds: (None, None),
             safety_margin: 0.15,
@@ -110,6 +117,19 @@ fn fraction(field: &str, v: f64) -> Result<f64, PolicyError> {
 }
 
 impl Policy {
+    /// The parameters VPA's recommender uses, for comparison: no Tailor refinements.
+    pub fn vpa_compatible() -> Policy {
+        Policy {
+            cpu_percentiles: (0.9, 0.5, 0.95),
+            memory_percentiles: (0.9, 0.5, 0.95),
+            safety_margin: 0.15,
+            half_life: 86_400,
+            cpu_burst: None,
+            memory_trend: false,
+            ..Policy::default()
+        }
+    }
+
     /// Parses a policy spec, rejecting bad quantities, durations and fractions.
     pub fn from_spec(spec: &RightsizingPolicySpec) -> Result<Policy, PolicyError> {
         let duration = |field: &str, r: Result<jiff::SignedDuration, crate::apis::Error>| {
@@ -134,6 +154,13 @@ impl Policy {
             memory: spec.covers(ResourceKind::Memory),
             cpu_percentiles,
             memory_percentiles,
+            cpu_burst: spec
+                .cpu
+                .burst_percentile
+                .map(|p| fraction("spec.cpu.burstPercentile", p))
+                .transpose()?
+                .map(|p| (p, spec.cpu.burst_headroom.max(1.0))),
+            memory_trend: spec.memory.trend,
             cpu_bounds: (
                 quantity_field("spec.cpu.min", spec.cpu.min.as_ref(), true)?,
                 quantity_field("spec.cpu.max", spec.cpu.max.as_ref(), true)?,

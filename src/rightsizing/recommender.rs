@@ -17,6 +17,8 @@ use crate::model::quantity::{display_bytes, format_milli, format_value};
 /// Length of the window whose peak is one memory sample (VPA's aggregation interval).
 pub const MEMORY_WINDOW_SECONDS: i64 = 86_400;
 const GIB: f64 = (1u64 << 30) as f64;
+/// Daily peaks kept for the memory trend.
+const TREND_WINDOWS: usize = 7;
 /// Confidence reaches 1 with a week of history.
 const FULL_CONFIDENCE_SECONDS: f64 = 7.0 * 86_400.0;
 
@@ -41,6 +43,9 @@ pub struct ContainerHistory {
     last: Option<i64>,
     samples: u64,
     ooms: Vec<OomEvent>,
+    /// The last closed windows' peaks (start, bytes), newest last, for the trend.
+    #[serde(default)]
+    recent_peaks: Vec<(i64, f64)>,
 }
 
 impl ContainerHistory {
@@ -56,6 +61,7 @@ impl ContainerHistory {
             last: None,
             samples: 0,
             ooms: Vec::new(),
+            recent_peaks: Vec::new(),
         }
     }
 
@@ -93,6 +99,11 @@ impl ContainerHistory {
         if self.window_peak > 0.0 {
             self.memory_peaks
                 .add(self.window_peak, 1.0, self.window_start);
+            self.recent_peaks
+                .push((self.window_start, self.window_peak));
+            if self.recent_peaks.len() > TREND_WINDOWS {
+                self.recent_peaks.remove(0);
+            }
         }
         self.window_peak = 0.0;
     }
@@ -116,6 +127,36 @@ impl ContainerHistory {
     /// CPU usage samples seen.
     pub fn samples(&self) -> u64 {
         self.samples
+    }
+
+    /// The peak projected one window ahead when daily peaks have been rising: a
+    /// least-squares line through the recent peaks, if its slope is positive.
+    fn projected_peak(&self) -> Option<f64> {
+        let mut points: Vec<(f64, f64)> = self
+            .recent_peaks
+            .iter()
+            .map(|(t, v)| (*t as f64 / MEMORY_WINDOW_SECONDS as f64, *v))
+            .collect();
+        if self.window_peak > 0.0 {
+            points.push((
+                self.window_start as f64 / MEMORY_WINDOW_SECONDS as f64,
+                self.window_peak,
+            ));
+        }
+        if points.len() < 3 {
+            return None;
+        }
+        let n = points.len() as f64;
+        let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+        let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+        let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+        let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+        if sxx <= 0.0 {
+            return None;
+        }
+        let slope = sxy / sxx;
+        let last = points.last().map(|p| p.0)?;
+        (slope > 0.0).then_some(my + slope * (last + 1.0 - mx))
     }
 
     /// The memory histogram including the open window's peak so far.
@@ -258,7 +299,12 @@ pub fn recommend(
     // CPU.
     let cpu = if policy.cpu && !history.cpu.is_empty() {
         let (p, lo, hi) = policy.cpu_percentiles;
-        let target = history.cpu.percentile(p).unwrap_or(0.0) * margin * 1000.0;
+        let body = history.cpu.percentile(p).unwrap_or(0.0);
+        // Bursts: the request covers the burst percentile within the burst headroom.
+        let burst = policy.cpu_burst.map_or(0.0, |(bp, headroom)| {
+            history.cpu.percentile(bp).unwrap_or(0.0) / headroom
+        });
+        let target = body.max(burst) * margin * 1000.0;
         let lower = history.cpu.percentile(lo).unwrap_or(0.0) * margin * 1000.0 * lower_narrow;
         let upper = history.cpu.percentile(hi).unwrap_or(0.0) * margin * 1000.0 * upper_widen;
         let node_max = context.largest_node.map(|(c, _)| c);
@@ -306,6 +352,16 @@ pub fn recommend(
     let memory = if policy.memory && !memory_hist.is_empty() {
         let (p, lo, hi) = policy.memory_percentiles;
         let mut target = memory_hist.percentile(p).unwrap_or(0.0) * margin;
+        if policy.memory_trend
+            && let Some(projected) = history.projected_peak()
+            && projected * margin > target
+        {
+            target = projected * margin;
+            reasons.push(format!(
+                "daily memory peaks are rising: sized for {} expected by tomorrow",
+                display_bytes(projected as i64)
+            ));
+        }
         let mut oom_driven = false;
         let lower = memory_hist.percentile(lo).unwrap_or(0.0) * margin * lower_narrow;
         let upper = memory_hist.percentile(hi).unwrap_or(0.0) * margin * upper_widen;
@@ -605,6 +661,79 @@ mod tests {
             3 * DAY,
         );
         assert_eq!(r.recommended.memory, Some(1080 * MIB), "{:?}", r.reasons);
+    }
+
+    #[test]
+    fn the_burst_guard_keeps_bursts_within_the_headroom() {
+        // Idle 98% of the time at 0.05 cores, bursting to 2 cores.
+        let mut h = ContainerHistory::new(&policy(), 0);
+        for m in 0..7 * 1440 {
+            h.add_cpu(m * 60, if m % 50 == 0 { 2.0 } else { 0.05 });
+            h.add_memory(m * 60, (100 * MIB) as f64);
+        }
+        let plain = recommend(
+            &h,
+            Requests::default(),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        assert!(
+            plain.recommended.cpu.expect("cpu") < 100,
+            "p90 ignores the bursts"
+        );
+        let guarded = Policy {
+            cpu_burst: Some((0.99, 2.0)),
+            ..policy()
+        };
+        let r = recommend(
+            &h,
+            Requests::default(),
+            &guarded,
+            &Context::default(),
+            7 * DAY,
+        );
+        assert!(
+            r.recommended.cpu.expect("cpu") >= 1000,
+            "{:?}",
+            r.recommended
+        );
+    }
+
+    #[test]
+    fn rising_daily_peaks_are_projected_a_day_ahead_when_the_trend_is_on() {
+        let mut h = ContainerHistory::new(&policy(), 0);
+        for d in 0..5 {
+            for m in 0..1440 {
+                h.add_memory(d * DAY + m * 60, ((500 + 100 * d) * MIB) as f64);
+                h.add_cpu(d * DAY + m * 60, 0.1);
+            }
+        }
+        let trend = Policy {
+            memory_trend: true,
+            ..policy()
+        };
+        let r = recommend(
+            &h,
+            Requests::default(),
+            &trend,
+            &Context::default(),
+            5 * DAY,
+        );
+        // Peaks 500..900Mi: tomorrow's is 1000Mi, plus 15%.
+        assert!(
+            r.recommended.memory.expect("memory") >= 1150 * MIB,
+            "{:?}",
+            r.reasons
+        );
+        let flat = recommend(
+            &h,
+            Requests::default(),
+            &policy(),
+            &Context::default(),
+            5 * DAY,
+        );
+        assert!(flat.recommended.memory < r.recommended.memory);
     }
 
     #[test]

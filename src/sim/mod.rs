@@ -1,0 +1,4 @@
+//! The simulated world: usage traces with the shapes real workloads have. The demo, the
+//! backtest and the benchmarks all draw on it.
+
+pub mod traces;
