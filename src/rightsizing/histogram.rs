@@ -38,11 +38,16 @@ impl Buckets {
 
     /// The bucket a value falls in.
     pub fn index(&self, value: f64) -> usize {
+        self.index_with(value, 1.0 / self.ratio.ln())
+    }
+
+    /// [`Buckets::index`] with `1 / ln(ratio)` precomputed (the hot path).
+    fn index_with(&self, value: f64, inv_ln_ratio: f64) -> usize {
         if value.is_nan() || value <= self.first {
             return 0;
         }
         // Upper edge of bucket i is first * ratio^i.
-        let i = ((value / self.first).ln() / self.ratio.ln()).ceil();
+        let i = ((value / self.first).ln() * inv_ln_ratio).ceil();
         (i.max(0.0) as usize).min(self.count - 1)
     }
 
@@ -51,6 +56,9 @@ impl Buckets {
         self.first * self.ratio.powi(i as i32)
     }
 }
+
+/// `1 / ln(1.05)`, the growth ratio of Tailor's bucket layouts.
+const INV_LN_RATIO_5_PERCENT: Option<f64> = Some(20.495_934_314_287_85);
 
 /// Largest weight factor before the reference time moves forward (2^40).
 const MAX_FACTOR: f64 = 1.0e12;
@@ -64,6 +72,13 @@ pub struct DecayingHistogram {
     reference: i64,
     weights: Vec<f64>,
     total: f64,
+    /// Cache for consecutive samples: the last time and its weight factor, and the factor
+    /// for the last spacing between samples (samples usually come evenly spaced, so the
+    /// next factor is one multiplication away instead of an `exp2`).
+    #[serde(skip)]
+    last: Option<(i64, f64)>,
+    #[serde(skip)]
+    spacing: Option<(i64, f64)>,
 }
 
 impl DecayingHistogram {
@@ -75,6 +90,8 @@ impl DecayingHistogram {
             reference,
             weights: vec![0.0; buckets.count],
             total: 0.0,
+            last: None,
+            spacing: None,
         }
     }
 
@@ -87,13 +104,30 @@ impl DecayingHistogram {
         if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {
             return;
         }
-        let mut factor = self.factor(t);
+        let mut factor = match (self.last, self.spacing) {
+            (Some((lt, lf)), Some((dt, df))) if t - lt == dt => lf * df,
+            (Some((lt, lf)), _) if t == lt => lf,
+            _ => self.factor(t),
+        };
         if factor > MAX_FACTOR {
             self.shift_reference(t);
             factor = self.factor(t);
+            self.spacing = None;
         }
+        if let Some((lt, _)) = self.last
+            && t != lt
+            && self.spacing.is_none_or(|(dt, _)| dt != t - lt)
+        {
+            self.spacing = Some((t - lt, ((t - lt) as f64 / self.half_life_seconds).exp2()));
+        }
+        self.last = Some((t, factor));
         let w = weight * factor;
-        let i = self.buckets.index(value);
+        let i = self.buckets.index_with(
+            value,
+            INV_LN_RATIO_5_PERCENT
+                .filter(|_| self.buckets.ratio == 1.05)
+                .unwrap_or_else(|| 1.0 / self.buckets.ratio.ln()),
+        );
         self.weights[i] += w;
         self.total += w;
     }
@@ -106,6 +140,7 @@ impl DecayingHistogram {
         }
         self.total *= scale;
         self.reference = t;
+        self.last = None;
     }
 
     /// Whether no sample has been added.
