@@ -7,12 +7,12 @@ use std::io::Write;
 use clap::Args;
 use serde::Serialize;
 
-use super::{CatalogSourceArgs, CliError, Result};
+use super::{CatalogSourceArgs, CliError, OutputArgs, Result};
 use crate::model::quantity::{display_bytes, display_cores};
 use crate::model::{
     CapacityType, InstanceType, Offering, OverheadModel, Requirement, Requirements,
 };
-use crate::report::{Format, Table};
+use crate::report::Table;
 
 /// Arguments of `tailor catalog`.
 #[derive(Debug, Clone, Args)]
@@ -33,14 +33,8 @@ pub struct CatalogArgs {
     pub requirements: Vec<String>,
 
     /// Output format.
-    #[arg(
-        long,
-        short = 'o',
-        env = "TAILOR_OUTPUT",
-        value_enum,
-        default_value = "table"
-    )]
-    pub output: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// The `-o json|yaml` document.
@@ -225,7 +219,7 @@ pub fn table(report: &CatalogReport) -> String {
 
 /// Runs `tailor catalog`.
 pub fn run(args: CatalogArgs, out: &mut dyn Write) -> Result<()> {
-    let format = args.output;
+    let format = args.output.output;
     let report = report(args)?;
     let text = crate::report::render(format, &report, table).map_err(CliError::Encode)?;
     out.write_all(text.as_bytes())?;

@@ -112,6 +112,35 @@ impl From<OverheadModelArg> for OverheadModel {
     }
 }
 
+/// The snapshot a command reads; shared by the commands that decide over a cluster.
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotArgs {
+    /// Snapshot files or directories (YAML as `kubectl get -o yaml` writes it); repeat to
+    /// merge several.
+    #[arg(
+        long = "snapshot",
+        short = 's',
+        env = "TAILOR_SNAPSHOT",
+        required = true,
+        value_delimiter = ','
+    )]
+    pub paths: Vec<PathBuf>,
+}
+
+/// The output format of a command that reports.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(
+        long,
+        short = 'o',
+        env = "TAILOR_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: crate::report::Format,
+}
+
 /// Where instance types and prices come from; shared by every command that prices nodes.
 #[derive(Debug, Clone, Args)]
 pub struct CatalogSourceArgs {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
-use super::{CatalogSourceArgs, CliError, Result};
+use super::{CatalogSourceArgs, CliError, OutputArgs, Result, SnapshotArgs};
 use crate::model::quantity::{self, format_milli, format_value};
-use crate::report::{Format, Table};
+use crate::report::Table;
 use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
 use crate::state::Snapshot;
 use crate::usage::prometheus::{PrometheusSettings, PrometheusSource};
@@ -48,15 +48,9 @@ pub struct RecommendArgs {
     #[arg(long, env = "TAILOR_PROMETHEUS_TIMEOUT_SECONDS", default_value_t = 30)]
     pub prometheus_timeout_seconds: u64,
 
-    /// Snapshot files or directories giving the workloads and their current requests.
-    #[arg(
-        long = "snapshot",
-        short = 's',
-        env = "TAILOR_SNAPSHOT",
-        required = true,
-        value_delimiter = ','
-    )]
-    pub snapshots: Vec<PathBuf>,
+    /// The cluster snapshot.
+    #[command(flatten)]
+    pub snapshot: SnapshotArgs,
 
     /// Only these namespaces (repeatable); default: every namespace in the snapshot.
     #[arg(
@@ -84,14 +78,8 @@ pub struct RecommendArgs {
     pub source: CatalogSourceArgs,
 
     /// Output format.
-    #[arg(
-        long,
-        short = 'o',
-        env = "TAILOR_OUTPUT",
-        value_enum,
-        default_value = "table"
-    )]
-    pub output: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// CPU and memory as Kubernetes quantities; absent when not set.
@@ -220,7 +208,8 @@ fn parse_quantity(
 
 /// Reads usage and builds the report.
 pub async fn report(args: &RecommendArgs) -> Result<Report> {
-    let snapshot = Snapshot::load(&args.snapshots).map_err(|e| CliError::Input(e.to_string()))?;
+    let snapshot =
+        Snapshot::load(&args.snapshot.paths).map_err(|e| CliError::Input(e.to_string()))?;
     let workloads = Workloads::from_snapshot(&snapshot);
     let history = duration_seconds("--history", &args.history)?;
     let step = duration_seconds("--step", &args.step)?.max(1);
@@ -491,7 +480,8 @@ pub fn run(args: RecommendArgs, out: &mut dyn Write) -> Result<()> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(report(&args))?;
-    let text = crate::report::render(args.output, &report, table).map_err(CliError::Encode)?;
+    let text =
+        crate::report::render(args.output.output, &report, table).map_err(CliError::Encode)?;
     out.write_all(text.as_bytes())?;
     Ok(())
 }

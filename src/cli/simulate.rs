@@ -2,29 +2,21 @@
 //! they land, which nodes it would buy, and what that costs.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{CatalogSourceArgs, CliError, Result};
+use super::{CatalogSourceArgs, CliError, OutputArgs, Result, SnapshotArgs};
 use crate::model::quantity::{display_bytes, display_cores, parse_milli, parse_value};
-use crate::report::{Format, Table};
+use crate::report::Table;
 use crate::scheduling::{self, Input, Options, Plan};
 use crate::state::Snapshot;
 
 /// Arguments of `tailor simulate`.
 #[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
-    /// Snapshot files or directories (YAML as `kubectl get -o yaml` writes it); repeat to
-    /// merge several.
-    #[arg(
-        long = "snapshot",
-        short = 's',
-        env = "TAILOR_SNAPSHOT",
-        required = true,
-        value_delimiter = ','
-    )]
-    pub snapshots: Vec<PathBuf>,
+    /// The cluster snapshot.
+    #[command(flatten)]
+    pub snapshot: SnapshotArgs,
 
     /// Where sizes and prices come from.
     #[command(flatten)]
@@ -36,19 +28,14 @@ pub struct SimulateArgs {
     pub greedy: bool,
 
     /// Output format.
-    #[arg(
-        long,
-        short = 'o',
-        env = "TAILOR_OUTPUT",
-        value_enum,
-        default_value = "table"
-    )]
-    pub output: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Loads the snapshot and catalog and plans.
 pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
-    let snapshot = Snapshot::load(&args.snapshots).map_err(|e| CliError::Input(e.to_string()))?;
+    let snapshot =
+        Snapshot::load(&args.snapshot.paths).map_err(|e| CliError::Input(e.to_string()))?;
     let (catalog, options) = args.source.clone().load()?;
     // Fail early on a bad region or discount, with the catalog's own message.
     catalog.instance_types(&options)?;
@@ -170,7 +157,7 @@ pub fn run(args: SimulateArgs, out: &mut dyn Write) -> Result<()> {
     for w in &warnings {
         tracing::warn!("{w}");
     }
-    let text = crate::report::render(args.output, &plan, table).map_err(CliError::Encode)?;
+    let text = crate::report::render(args.output.output, &plan, table).map_err(CliError::Encode)?;
     out.write_all(text.as_bytes())?;
     Ok(())
 }

@@ -639,33 +639,16 @@ impl Requirements {
     /// Whether a set of labels satisfies every requirement; the cheap form of
     /// [`Requirements::matches_labels`] for when the reason is not needed.
     pub fn admits_labels(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.by_key.iter().all(|(key, r)| {
-            let value = labels
-                .get(key)
-                .or_else(|| {
-                    labels
-                        .iter()
-                        .find(|(k, _)| canonical_key(k) == key)
-                        .map(|(_, v)| v)
-                })
-                .map(String::as_str);
-            r.matches(value)
-        })
+        self.by_key
+            .iter()
+            .all(|(key, r)| r.matches(label_value(labels, key)))
     }
 
     /// Whether a concrete node's labels satisfy every requirement (kube-scheduler's
     /// node-selector match). Label keys are canonicalised before matching.
     pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> Result<(), Conflict> {
         for (key, r) in &self.by_key {
-            let value = labels
-                .get(key)
-                .or_else(|| {
-                    labels
-                        .iter()
-                        .find(|(k, _)| canonical_key(k) == key)
-                        .map(|(_, v)| v)
-                })
-                .map(String::as_str);
+            let value = label_value(labels, key);
             if !r.matches(value) {
                 return Err(Conflict {
                     key: key.clone(),
@@ -688,6 +671,19 @@ impl Requirements {
             .filter_map(|(k, r)| r.single_value().map(|v| (k.clone(), v.to_string())))
             .collect()
     }
+}
+
+/// The value of a canonical key in a label map whose keys may be Karpenter aliases.
+fn label_value<'a>(labels: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
+    labels
+        .get(key)
+        .or_else(|| {
+            labels
+                .iter()
+                .find(|(k, _)| canonical_key(k) == key)
+                .map(|(_, v)| v)
+        })
+        .map(String::as_str)
 }
 
 /// A pod's node requirements: the node selector ANDed with one of several ORed required
