@@ -17,6 +17,8 @@ use crate::model::quantity::{display_bytes, format_milli, format_value};
 /// Length of the window whose peak is one memory sample (VPA's aggregation interval).
 pub const MEMORY_WINDOW_SECONDS: i64 = 86_400;
 const GIB: f64 = (1u64 << 30) as f64;
+/// Below this share of the expected samples, history is partial and not acted on.
+const MIN_COVERAGE: f64 = 0.5;
 /// Daily peaks kept for the memory trend.
 const TREND_WINDOWS: usize = 7;
 /// Confidence reaches 1 with a week of history.
@@ -46,6 +48,12 @@ pub struct ContainerHistory {
     /// The last closed windows' peaks (start, bytes), newest last, for the trend.
     #[serde(default)]
     recent_peaks: Vec<(i64, f64)>,
+    /// Time of the last CPU sample and the smallest spacing seen between CPU samples,
+    /// to tell how much of the span the samples cover.
+    #[serde(default)]
+    last_cpu: Option<i64>,
+    #[serde(default)]
+    min_gap: Option<i64>,
 }
 
 impl ContainerHistory {
@@ -62,6 +70,8 @@ impl ContainerHistory {
             samples: 0,
             ooms: Vec::new(),
             recent_peaks: Vec::new(),
+            last_cpu: None,
+            min_gap: None,
         }
     }
 
@@ -76,6 +86,12 @@ impl ContainerHistory {
             // A sample of zero still counts: an idle container is information.
             self.cpu.add(cores.max(0.001), 1.0, t);
             self.samples += 1;
+            if let Some(last) = self.last_cpu
+                && t > last
+            {
+                self.min_gap = Some(self.min_gap.map_or(t - last, |g| g.min(t - last)));
+            }
+            self.last_cpu = Some(self.last_cpu.map_or(t, |l| l.max(t)));
             self.seen(t);
         }
     }
@@ -127,6 +143,17 @@ impl ContainerHistory {
     /// CPU usage samples seen.
     pub fn samples(&self) -> u64 {
         self.samples
+    }
+
+    /// The share (0..1) of the span the CPU samples cover at their usual spacing: low when
+    /// the source returned partial data.
+    pub fn coverage(&self) -> f64 {
+        match (self.min_gap, self.span_seconds()) {
+            (Some(gap), span) if span > 0 => {
+                (self.samples as f64 * gap as f64 / span as f64).min(1.0)
+            }
+            _ => 1.0,
+        }
     }
 
     /// The peak projected one window ahead when daily peaks have been rising: a
@@ -282,13 +309,22 @@ pub fn recommend(
     let mut reasons = Vec::new();
     let span = history.span_seconds();
     let days = (span as f64 / 86_400.0).max(1.0 / 24.0);
-    let confidence = (span as f64 / FULL_CONFIDENCE_SECONDS).clamp(0.0, 1.0);
-    let actionable = span >= policy.minimum_history;
+    let coverage = history.coverage();
+    let confidence = (span as f64 / FULL_CONFIDENCE_SECONDS).clamp(0.0, 1.0) * coverage;
+    let mut actionable = span >= policy.minimum_history;
     if !actionable {
         reasons.push(format!(
             "only {}h of history (minimum {}h): recommendation shown, nothing applied automatically",
             span / 3600,
             policy.minimum_history / 3600
+        ));
+    }
+    if coverage < MIN_COVERAGE {
+        // Partial data: the numbers rest on too little of the window to act on.
+        actionable = false;
+        reasons.push(format!(
+            "samples cover only {:.0}% of the history (gaps in the usage data): confidence lowered, nothing applied automatically",
+            coverage * 100.0
         ));
     }
     // Bounds widen while history is short (VPA's confidence multipliers).
@@ -734,6 +770,36 @@ mod tests {
             5 * DAY,
         );
         assert!(flat.recommended.memory < r.recommended.memory);
+    }
+
+    #[test]
+    fn partial_history_lowers_confidence_and_blocks_autonomy() {
+        // Seven days, but samples only in the first 2 hours of each day.
+        let mut h = ContainerHistory::new(&policy(), 0);
+        for d in 0..7 {
+            for m in 0..120 {
+                let t = d * DAY + m * 60;
+                h.add_cpu(t, 0.3);
+                h.add_memory(t, (300 * MIB) as f64);
+            }
+        }
+        assert!(h.coverage() < 0.1, "{}", h.coverage());
+        let r = recommend(
+            &h,
+            current(1000, 1024 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        assert!(!r.actionable);
+        assert!(r.confidence < 0.1, "{}", r.confidence);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("gaps")),
+            "{:?}",
+            r.reasons
+        );
+        // Full minute coverage keeps confidence.
+        assert!(history(7).coverage() > 0.99);
     }
 
     #[test]
