@@ -1,20 +1,11 @@
 //! The `tailor` binary end to end: what a user types and what they get.
 
-use std::path::PathBuf;
-use std::process::Command;
+#[path = "support/bin.rs"]
+mod bin;
 
-fn tailor(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tailor"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("tailor runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use std::path::PathBuf;
+
+use bin::tailor;
 
 fn shared_data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/azure")

@@ -2,6 +2,9 @@
 //! Prometheus usage source must return what was written, per container, and fail clearly
 //! when Prometheus is not there.
 
+#[path = "support/bin.rs"]
+mod bin;
+
 use std::f64::consts::PI;
 use std::fmt::Write as _;
 use std::net::TcpListener;
@@ -9,6 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bin::tailor;
 use tailor::usage::prometheus::{PrometheusSettings, PrometheusSource};
 use tailor::usage::{ContainerKey, UsageError, UsageQuery, UsageSource};
 
@@ -359,19 +363,6 @@ fn weighted_percentile(samples: &[(i64, f64)], start: i64, p: f64) -> f64 {
         }
     }
     v.last().map_or(0.0, |s| s.0)
-}
-
-fn tailor(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tailor"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("tailor runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn cpu_milli(q: &serde_json::Value) -> f64 {
