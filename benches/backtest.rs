@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use tailor::rightsizing::backtest::{Algorithm, Samples, Score, score, train};
+use tailor::catalog::{Catalog, CatalogOptions};
+use tailor::rightsizing::Prices;
+use tailor::rightsizing::backtest::{Algorithm, Samples, Score, Sized, score, train};
 use tailor::sim::traces::{Shape, generate};
 
 fn main() {
@@ -22,6 +24,9 @@ fn main() {
     let start = 1_790_000_000i64;
     let split = start + i64::from(train_days) * 86_400;
     let mut table: BTreeMap<(Shape, Algorithm), Score> = BTreeMap::new();
+    // The least memory waste any fixed request without an OOM can have: each container's
+    // exact peak of the test days.
+    let mut memory_floor = Score::default();
     for shape in Shape::ALL {
         for i in 0..per_shape {
             let trace = generate(shape, 1000 * (shape as u64 + 1) + i, start, days, step);
@@ -46,6 +51,15 @@ fn main() {
                 cpu: &cpu[cut..],
                 memory: &memory[cut..],
             };
+            let test_peak = test_samples.memory.iter().map(|s| s.1).fold(0.0, f64::max);
+            memory_floor.add(&score(
+                Sized {
+                    cpu: 0.0,
+                    memory: test_peak,
+                },
+                test_samples,
+                step,
+            ));
             for alg in Algorithm::ALL {
                 let rec = train(alg, train_samples, split);
                 table
@@ -66,7 +80,7 @@ fn main() {
     let mut overall: BTreeMap<Algorithm, Score> = BTreeMap::new();
     for ((shape, alg), s) in &table {
         println!(
-            "{:<9} {:<7} {:>12.1} {:>12.1} {:>14.2} {:>14.2}",
+            "{:<9} {:<7} {:>12.1} {:>12.1} {:>14.3} {:>14.3}",
             shape.name(),
             alg.name(),
             s.waste_core_hours,
@@ -79,7 +93,7 @@ fn main() {
     println!();
     for (alg, s) in &overall {
         println!(
-            "{:<9} {:<7} {:>12.1} {:>12.1} {:>14.2} {:>14.2}",
+            "{:<9} {:<7} {:>12.1} {:>12.1} {:>14.3} {:>14.3}",
             "overall",
             alg.name(),
             s.waste_core_hours,
@@ -94,17 +108,43 @@ fn main() {
         &overall[&Algorithm::Krr],
     );
     let less = |a: f64, b: f64| if b > 0.0 { 100.0 * (1.0 - a / b) } else { 0.0 };
+    // Waste in dollars, at what a requested core-hour and GiB-hour cost in eastus.
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = catalog
+        .instance_types(&CatalogOptions::for_region("eastus"))
+        .expect("eastus instance types");
+    let prices = Prices::from_instance_types(&types);
+    let dollars =
+        |s: &Score| s.waste_core_hours * prices.per_core_hour + s.waste_gib_hours * prices.per_gib_hour;
     println!(
-        "\ntailor vs vpa: {:.1}% less CPU waste, {:.1}% less memory waste, OOM risk {:.2} vs {:.2} per container-day (target: >= 30% less waste, risk no higher)",
-        less(t.waste_core_hours, v.waste_core_hours),
-        less(t.waste_gib_hours, v.waste_gib_hours),
-        t.memory_risk_rate(),
-        v.memory_risk_rate()
+        "\nwaste in dollars (eastus: {:.4} $/core-h, {:.4} $/GiB-h): tailor {:.0}, vpa {:.0}, krr {:.0}",
+        prices.per_core_hour,
+        prices.per_gib_hour,
+        dollars(t),
+        dollars(v),
+        dollars(k)
     );
     println!(
-        "tailor vs krr: {:.1}% less CPU waste, {:.1}% less memory waste, OOM risk {:.2} vs {:.2}, starvation {:.2} vs {:.2}",
+        "memory floor (each container's exact test peak, no OOM): {:.1} GiB-h; vpa is {:.2}x it, tailor {:.2}x",
+        memory_floor.waste_gib_hours,
+        v.waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9),
+        t.waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9)
+    );
+    println!(
+        "tailor vs vpa: {:.1}% less CPU waste, {:.1}% less memory waste, {:.1}% less waste in dollars, OOM risk {:.2} vs {:.2}, starvation {:.2} vs {:.2} per container-day (target: >= 30% less waste, OOM risk no higher)",
+        less(t.waste_core_hours, v.waste_core_hours),
+        less(t.waste_gib_hours, v.waste_gib_hours),
+        less(dollars(t), dollars(v)),
+        t.memory_risk_rate(),
+        v.memory_risk_rate(),
+        t.cpu_risk_rate(),
+        v.cpu_risk_rate()
+    );
+    println!(
+        "tailor vs krr: {:.1}% less CPU waste, {:.1}% less memory waste, {:.1}% less waste in dollars, OOM risk {:.2} vs {:.2}, starvation {:.2} vs {:.2}",
         less(t.waste_core_hours, k.waste_core_hours),
         less(t.waste_gib_hours, k.waste_gib_hours),
+        less(dollars(t), dollars(k)),
         t.memory_risk_rate(),
         k.memory_risk_rate(),
         t.cpu_risk_rate(),

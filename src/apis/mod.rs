@@ -546,7 +546,7 @@ mod tests {
         );
         assert_eq!(
             default_of(at(spec, &["cpu", "percentile"])),
-            Some(&Value::from(0.9))
+            Some(&Value::from(0.7))
         );
         assert_eq!(
             default_of(at(spec, &["historyWindow"])),

@@ -119,7 +119,19 @@ fn default_resources() -> Vec<ResourceKind> {
     vec![ResourceKind::Cpu, ResourceKind::Memory]
 }
 fn default_cpu_percentile() -> f64 {
-    0.9
+    0.7
+}
+fn default_cpu_margin() -> f64 {
+    0.1
+}
+fn default_memory_margin() -> f64 {
+    0.03
+}
+fn default_burst_percentile() -> Option<f64> {
+    Some(0.99)
+}
+fn default_burst_max_raise() -> f64 {
+    2.0
 }
 fn default_lower_percentile() -> f64 {
     0.5
@@ -133,8 +145,8 @@ fn default_memory_percentile() -> f64 {
 fn default_memory_upper_percentile() -> f64 {
     0.99
 }
-fn default_safety_margin() -> f64 {
-    0.15
+fn default_peak_days() -> u32 {
+    7
 }
 fn default_history_window() -> String {
     "336h".to_owned()
@@ -163,7 +175,9 @@ fn default_oom_min_bump() -> Quantity {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.lowerPercentile <= self.percentile && self.percentile <= self.upperPercentile").message("percentiles must satisfy lowerPercentile <= percentile <= upperPercentile"))]
 pub struct CpuPolicy {
-    /// Percentile of decayed CPU usage samples that becomes the request (0 to 1).
+    /// Percentile of decayed CPU usage samples that becomes the request (0 to 1): the
+    /// sustained level. CPU is compressible, so bursts above it borrow the node's slack
+    /// (see `burstPercentile`).
     #[serde(default = "default_cpu_percentile")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub percentile: f64,
@@ -181,18 +195,27 @@ pub struct CpuPolicy {
     /// Largest CPU request Tailor recommends, for example `8`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<Quantity>,
-    /// Percentile of CPU usage that bursts reach (0 to 1), when set: the request is then at
-    /// least this percentile divided by `burstHeadroom`, so bursts rarely need more than
-    /// that many times the request. Unset by default (it trades waste for fewer starved
-    /// bursts).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Percentile of CPU usage that bursts reach (0 to 1): the request is at least this
+    /// percentile divided by `burstHeadroom`, so bursts rarely need more than that many
+    /// times the request. `null` turns the burst guard off.
+    #[serde(default = "default_burst_percentile")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub burst_percentile: Option<f64>,
+    /// The burst guard raises the request at most this many times the sustained level; a
+    /// rarer, taller burst (a batch spike) is left to the node's slack rather than reserved
+    /// around the clock. 0 removes the cap.
+    #[serde(default = "default_burst_max_raise")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub burst_max_raise: f64,
     /// How many times its request a burst may use (CPU is compressible; limits and node
     /// slack carry the burst).
     #[serde(default = "default_burst_headroom")]
     #[schemars(range(min = 1.0, max = 10.0))]
     pub burst_headroom: f64,
+    /// Headroom on top of the computed CPU request (0.1: 10% more).
+    #[serde(default = "default_cpu_margin")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub safety_margin_fraction: f64,
 }
 
 fn default_burst_headroom() -> f64 {
@@ -207,8 +230,10 @@ impl Default for CpuPolicy {
             upper_percentile: default_cpu_upper_percentile(),
             min: None,
             max: None,
-            burst_percentile: None,
+            burst_percentile: default_burst_percentile(),
+            burst_max_raise: default_burst_max_raise(),
             burst_headroom: default_burst_headroom(),
+            safety_margin_fraction: default_cpu_margin(),
         }
     }
 }
@@ -241,6 +266,16 @@ pub struct MemoryPolicy {
     /// size for the peak projected a day ahead. Off by default.
     #[serde(default)]
     pub trend: bool,
+    /// The request covers at least the highest daily peak of this many recent days (0 to 14;
+    /// 0 leaves memory to the percentile alone, as VPA does).
+    #[serde(default = "default_peak_days")]
+    #[schemars(range(min = 0, max = 14))]
+    pub peak_days: u32,
+    /// Headroom on top of the computed memory request (0.03: 3% more). Small, because the
+    /// request already covers the highest daily peak of `peakDays`.
+    #[serde(default = "default_memory_margin")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub safety_margin_fraction: f64,
 }
 
 impl Default for MemoryPolicy {
@@ -252,6 +287,8 @@ impl Default for MemoryPolicy {
             min: None,
             max: None,
             trend: false,
+            peak_days: default_peak_days(),
+            safety_margin_fraction: default_memory_margin(),
         }
     }
 }
@@ -332,10 +369,6 @@ pub struct RightsizingPolicySpec {
     /// How memory requests are computed.
     #[serde(default)]
     pub memory: MemoryPolicy,
-    /// Headroom added on top of the computed value (0.15: 15% more).
-    #[serde(default = "default_safety_margin")]
-    #[schemars(range(min = 0.0, max = 10.0))]
-    pub safety_margin_fraction: f64,
     /// How much usage history is read, as a Go duration (`336h` is two weeks).
     #[serde(default = "default_history_window")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
@@ -400,7 +433,6 @@ impl Default for RightsizingPolicySpec {
             resources: default_resources(),
             cpu: CpuPolicy::default(),
             memory: MemoryPolicy::default(),
-            safety_margin_fraction: default_safety_margin(),
             history_window: default_history_window(),
             minimum_history: default_minimum_history(),
             half_life: default_half_life(),
@@ -444,11 +476,14 @@ mod tests {
         assert_eq!(spec, &RightsizingPolicySpec::default());
         assert_eq!(spec.mode, Mode::Recommend);
         assert!(spec.covers(ResourceKind::Cpu) && spec.covers(ResourceKind::Memory));
-        assert_eq!(spec.cpu.percentile, 0.9);
+        assert_eq!(spec.cpu.percentile, 0.7);
+        assert_eq!(spec.cpu.burst_percentile, Some(0.99));
+        assert_eq!(spec.cpu.safety_margin_fraction, 0.1);
+        assert_eq!(spec.memory.peak_days, 7);
+        assert_eq!(spec.memory.safety_margin_fraction, 0.03);
         assert_eq!(spec.cpu.lower_percentile, 0.5);
         assert_eq!(spec.cpu.upper_percentile, 0.95);
         assert_eq!(spec.memory.percentile, 0.9);
-        assert_eq!(spec.safety_margin_fraction, 0.15);
         assert_eq!(spec.history_window()?, SignedDuration::from_hours(336));
         assert_eq!(spec.minimum_history()?, SignedDuration::from_hours(24));
         assert_eq!(spec.half_life()?, SignedDuration::from_hours(24));

@@ -70,7 +70,8 @@ pub fn vpa_policy() -> Policy {
     Policy {
         cpu_percentiles: (0.9, 0.5, 0.95),
         memory_percentiles: (0.9, 0.5, 0.95),
-        safety_margin: 0.15,
+        cpu_margin: 0.15,
+        memory_margin: 0.15,
         half_life: 86_400,
         max_step: 0.0,
         min_change: 0.0,
@@ -89,30 +90,35 @@ pub fn train(algorithm: Algorithm, train: Samples<'_>, now: i64) -> Sized {
                 memory: max_mem * 1.15,
             }
         }
-        Algorithm::Vpa | Algorithm::Tailor => {
-            let policy = if algorithm == Algorithm::Vpa {
-                vpa_policy()
-            } else {
-                Policy {
-                    max_step: 0.0,
-                    min_change: 0.0,
-                    ..Policy::default()
-                }
-            };
-            let start = train.cpu.first().map_or(0, |s| s.0);
-            let mut h = ContainerHistory::new(&policy, start);
-            for (t, v) in train.cpu {
-                h.add_cpu(*t, *v);
-            }
-            for (t, v) in train.memory {
-                h.add_memory(*t, *v);
-            }
-            let r = recommend(&h, Requests::default(), &policy, &Context::default(), now);
-            Sized {
-                cpu: r.recommended.cpu.unwrap_or(0) as f64 / 1000.0,
-                memory: r.recommended.memory.unwrap_or(0) as f64,
-            }
-        }
+        Algorithm::Vpa => train_policy(&vpa_policy(), train, now),
+        Algorithm::Tailor => train_policy(&tailor_policy(), train, now),
+    }
+}
+
+/// Tailor's default policy, without the stability rules (hysteresis, step) that only
+/// matter between successive recommendations.
+pub fn tailor_policy() -> Policy {
+    Policy {
+        max_step: 0.0,
+        min_change: 0.0,
+        ..Policy::default()
+    }
+}
+
+/// Trains the recommender with `policy` and returns its recommendation at `now`.
+pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
+    let start = train.cpu.first().map_or(0, |s| s.0);
+    let mut h = ContainerHistory::new(policy, start);
+    for (t, v) in train.cpu {
+        h.add_cpu(*t, *v);
+    }
+    for (t, v) in train.memory {
+        h.add_memory(*t, *v);
+    }
+    let r = recommend(&h, Requests::default(), policy, &Context::default(), now);
+    Sized {
+        cpu: r.recommended.cpu.unwrap_or(0) as f64 / 1000.0,
+        memory: r.recommended.memory.unwrap_or(0) as f64,
     }
 }
 

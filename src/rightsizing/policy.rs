@@ -3,6 +3,9 @@
 use crate::apis::{HpaPolicy, LimitsPolicy, Mode, ResourceKind, RightsizingPolicySpec};
 use crate::model::quantity;
 
+/// Most recent days whose memory peaks a policy can ask to cover.
+pub const MAX_PEAK_DAYS: u32 = 14;
+
 /// Why a policy cannot be used, naming the field and value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rightsizing policy: {field}: {message}")]
@@ -29,14 +32,21 @@ pub struct Policy {
     /// CPU burst percentile and headroom: the request is at least the burst percentile
     /// divided by the headroom.
     pub cpu_burst: Option<(f64, f64)>,
+    /// The burst guard applies only when it raises the request at most this many times
+    /// (0: always).
+    pub cpu_burst_cap: f64,
     /// Project rising daily memory peaks a day ahead.
     pub memory_trend: bool,
+    /// Memory covers at least the highest daily peak of this many recent days (0: off).
+    pub memory_peak_days: u32,
     /// CPU floor and ceiling in millicores.
     pub cpu_bounds: (Option<i64>, Option<i64>),
     /// Memory floor and ceiling in bytes.
     pub memory_bounds: (Option<i64>, Option<i64>),
-    /// Added on top of the target percentile (0.15 = 15%).
-    pub safety_margin: f64,
+    /// Added on top of the CPU target (0.15 = 15%).
+    pub cpu_margin: f64,
+    /// Added on top of the memory target.
+    pub memory_margin: f64,
     /// How far back to read usage, seconds.
     pub history_window: i64,
     /// Below this much history nothing is applied automatically, seconds.
@@ -65,13 +75,16 @@ impl Default for Policy {
             mode: Mode::Recommend,
             cpu: true,
             memory: true,
-            cpu_percentiles: (0.9, 0.5, 0.95),
+            cpu_percentiles: (0.7, 0.5, 0.95),
             memory_percentiles: (0.9, 0.5, 0.99),
-            cpu_burst: None,
+            cpu_burst: Some((0.99, 2.0)),
+            cpu_burst_cap: 2.0,
             memory_trend: false,
+            memory_peak_days: 7,
             cpu_bounds: (None, None),
             memory_bounds: (None, None),
-            safety_margin: 0.15,
+            cpu_margin: 0.1,
+            memory_margin: 0.03,
             history_window: 14 * 86_400,
             minimum_history: 86_400,
             half_life: 86_400,
@@ -122,10 +135,13 @@ impl Policy {
         Policy {
             cpu_percentiles: (0.9, 0.5, 0.95),
             memory_percentiles: (0.9, 0.5, 0.95),
-            safety_margin: 0.15,
+            cpu_margin: 0.15,
+            memory_margin: 0.15,
             half_life: 86_400,
             cpu_burst: None,
+            cpu_burst_cap: 0.0,
             memory_trend: false,
+            memory_peak_days: 0,
             ..Policy::default()
         }
     }
@@ -160,7 +176,9 @@ impl Policy {
                 .map(|p| fraction("spec.cpu.burstPercentile", p))
                 .transpose()?
                 .map(|p| (p, spec.cpu.burst_headroom.max(1.0))),
+            cpu_burst_cap: spec.cpu.burst_max_raise.max(0.0),
             memory_trend: spec.memory.trend,
+            memory_peak_days: spec.memory.peak_days.min(MAX_PEAK_DAYS),
             cpu_bounds: (
                 quantity_field("spec.cpu.min", spec.cpu.min.as_ref(), true)?,
                 quantity_field("spec.cpu.max", spec.cpu.max.as_ref(), true)?,
@@ -169,7 +187,8 @@ impl Policy {
                 quantity_field("spec.memory.min", spec.memory.min.as_ref(), false)?,
                 quantity_field("spec.memory.max", spec.memory.max.as_ref(), false)?,
             ),
-            safety_margin: spec.safety_margin_fraction.max(0.0),
+            cpu_margin: spec.cpu.safety_margin_fraction.max(0.0),
+            memory_margin: spec.memory.safety_margin_fraction.max(0.0),
             history_window: duration("spec.historyWindow", spec.history_window())?,
             minimum_history: duration("spec.minimumHistory", spec.minimum_history())?,
             half_life: duration("spec.halfLife", spec.half_life())?.max(60),

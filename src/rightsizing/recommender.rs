@@ -19,8 +19,10 @@ pub const MEMORY_WINDOW_SECONDS: i64 = 86_400;
 const GIB: f64 = (1u64 << 30) as f64;
 /// Below this share of the expected samples, history is partial and not acted on.
 const MIN_COVERAGE: f64 = 0.5;
-/// Daily peaks kept for the memory trend.
+/// Daily peaks used for the memory trend.
 const TREND_WINDOWS: usize = 7;
+/// Daily peaks kept (for the trend and the recent-peak floor).
+const KEPT_WINDOWS: usize = super::policy::MAX_PEAK_DAYS as usize;
 /// Confidence reaches 1 with a week of history.
 const FULL_CONFIDENCE_SECONDS: f64 = 7.0 * 86_400.0;
 
@@ -117,7 +119,7 @@ impl ContainerHistory {
                 .add(self.window_peak, 1.0, self.window_start);
             self.recent_peaks
                 .push((self.window_start, self.window_peak));
-            if self.recent_peaks.len() > TREND_WINDOWS {
+            if self.recent_peaks.len() > KEPT_WINDOWS {
                 self.recent_peaks.remove(0);
             }
         }
@@ -159,9 +161,11 @@ impl ContainerHistory {
     /// The peak projected one window ahead when daily peaks have been rising: a
     /// least-squares line through the recent peaks, if its slope is positive.
     fn projected_peak(&self) -> Option<f64> {
+        let skip = self.recent_peaks.len().saturating_sub(TREND_WINDOWS);
         let mut points: Vec<(f64, f64)> = self
             .recent_peaks
             .iter()
+            .skip(skip)
             .map(|(t, v)| (*t as f64 / MEMORY_WINDOW_SECONDS as f64, *v))
             .collect();
         if self.window_peak > 0.0 {
@@ -184,6 +188,34 @@ impl ContainerHistory {
         let slope = sxy / sxx;
         let last = points.last().map(|p| p.0)?;
         (slope > 0.0).then_some(my + slope * (last + 1.0 - mx))
+    }
+
+    /// The highest daily peak of windows starting at or after `since`, the open window
+    /// included: exact, not rounded to a histogram bucket.
+    fn highest_peak_since(&self, since: i64) -> Option<f64> {
+        let open = (self.window_peak > 0.0).then_some((self.window_start, self.window_peak));
+        self.recent_peaks
+            .iter()
+            .copied()
+            .chain(open)
+            .filter(|(start, _)| *start + MEMORY_WINDOW_SECONDS > since)
+            .map(|(_, peak)| peak)
+            .reduce(f64::max)
+    }
+
+    /// The highest kept daily peak in the memory bucket whose upper edge is `edge`, or
+    /// `edge` when none is kept.
+    fn exact_peak_in_bucket(&self, edge: f64) -> f64 {
+        let lower = edge / Buckets::MEMORY.ratio;
+        let open = (self.window_peak > 0.0).then_some((self.window_start, self.window_peak));
+        self.recent_peaks
+            .iter()
+            .copied()
+            .chain(open)
+            .map(|(_, peak)| peak)
+            .filter(|peak| *peak > lower && *peak <= edge)
+            .reduce(f64::max)
+            .unwrap_or(edge)
     }
 
     /// The memory histogram including the open window's peak so far.
@@ -330,7 +362,8 @@ pub fn recommend(
     // Bounds widen while history is short (VPA's confidence multipliers).
     let upper_widen = 1.0 + 1.0 / days;
     let lower_narrow = (1.0 + 0.001 / days).powi(-2);
-    let margin = 1.0 + policy.safety_margin;
+    let margin = 1.0 + policy.cpu_margin;
+    let memory_margin = 1.0 + policy.memory_margin;
 
     // CPU.
     let cpu = if policy.cpu && !history.cpu.is_empty() {
@@ -340,6 +373,13 @@ pub fn recommend(
         let burst = policy.cpu_burst.map_or(0.0, |(bp, headroom)| {
             history.cpu.percentile(bp).unwrap_or(0.0) / headroom
         });
+        // Covering a burst is worth it while it raises the request moderately; a rare
+        // burst far above the body (a batch spike) is left to the node's slack.
+        let burst = if policy.cpu_burst_cap > 0.0 && burst > body * policy.cpu_burst_cap {
+            body
+        } else {
+            burst
+        };
         let target = body.max(burst) * margin * 1000.0;
         let lower = history.cpu.percentile(lo).unwrap_or(0.0) * margin * 1000.0 * lower_narrow;
         let upper = history.cpu.percentile(hi).unwrap_or(0.0) * margin * 1000.0 * upper_widen;
@@ -387,20 +427,38 @@ pub fn recommend(
     let memory_hist = history.memory_with_open_window();
     let memory = if policy.memory && !memory_hist.is_empty() {
         let (p, lo, hi) = policy.memory_percentiles;
-        let mut target = memory_hist.percentile(p).unwrap_or(0.0) * margin;
+        let mut percentile = memory_hist.percentile(p).unwrap_or(0.0);
+        if policy.memory_peak_days > 0 {
+            // The histogram answers with its bucket's upper edge, up to 5% above the peak
+            // it stands for; the exact peak is known when it is still kept.
+            percentile = history.exact_peak_in_bucket(percentile);
+        }
+        let mut target = percentile * memory_margin;
+        if policy.memory_peak_days > 0
+            && let Some(peak) = history
+                .highest_peak_since(now - i64::from(policy.memory_peak_days) * MEMORY_WINDOW_SECONDS)
+            && peak * memory_margin > target
+        {
+            target = peak * memory_margin;
+            reasons.push(format!(
+                "memory covers the highest daily peak of the last {} days ({})",
+                policy.memory_peak_days,
+                display_bytes(peak as i64)
+            ));
+        }
         if policy.memory_trend
             && let Some(projected) = history.projected_peak()
-            && projected * margin > target
+            && projected * memory_margin > target
         {
-            target = projected * margin;
+            target = projected * memory_margin;
             reasons.push(format!(
                 "daily memory peaks are rising: sized for {} expected by tomorrow",
                 display_bytes(projected as i64)
             ));
         }
         let mut oom_driven = false;
-        let lower = memory_hist.percentile(lo).unwrap_or(0.0) * margin * lower_narrow;
-        let upper = memory_hist.percentile(hi).unwrap_or(0.0) * margin * upper_widen;
+        let lower = memory_hist.percentile(lo).unwrap_or(0.0) * memory_margin * lower_narrow;
+        let upper = memory_hist.percentile(hi).unwrap_or(0.0) * memory_margin * upper_widen;
         let window_start = now - policy.history_window;
         for oom in history.ooms.iter().filter(|o| o.at >= window_start) {
             let bumped = (oom.memory * (1.0 + policy.oom_bump_fraction))
@@ -594,7 +652,7 @@ mod tests {
     }
 
     #[test]
-    fn cpu_is_the_target_percentile_plus_margin_and_memory_the_daily_peak_plus_margin() {
+    fn cpu_is_the_sustained_percentile_plus_margin_and_memory_the_highest_peak_plus_margin() {
         let h = history(7);
         let r = recommend(
             &h,
@@ -603,12 +661,13 @@ mod tests {
             &Context::default(),
             7 * DAY,
         );
-        // p90 of {0.1..0.5} is 0.5 (within one 5% bucket), plus 15%.
+        // p70 of {0.1..0.5} is 0.4 (within one 5% bucket), plus 10%; the burst guard
+        // (p99 / 2 = 0.25) is below it.
         let cpu = r.recommended.cpu.expect("cpu");
-        assert!((575..=610).contains(&cpu), "{cpu}");
-        // Daily peak is 500 MiB every day, plus 15%, within one bucket.
+        assert!((440..=462).contains(&cpu), "{cpu}");
+        // The highest daily peak is exactly 500 MiB, plus 3%, rounded up to a MiB.
         let mem = r.recommended.memory.expect("memory");
-        assert!((575 * MIB..=610 * MIB).contains(&mem), "{}", mem / MIB);
+        assert_eq!(mem, 515 * MIB, "{}", mem / MIB);
         assert_eq!(r.confidence, 1.0 - 60.0 / FULL_CONFIDENCE_SECONDS);
         assert!(r.actionable);
         assert!(r.lower.0 <= r.recommended.cpu && r.recommended.cpu <= r.upper.0);
@@ -716,10 +775,12 @@ mod tests {
         );
         assert!(
             plain.recommended.cpu.expect("cpu") < 100,
-            "p90 ignores the bursts"
+            "bursts 40 times the sustained level are beyond the guard's cap: {:?}",
+            plain.recommended
         );
         let guarded = Policy {
             cpu_burst: Some((0.99, 2.0)),
+            cpu_burst_cap: 0.0,
             ..policy()
         };
         let r = recommend(
@@ -734,6 +795,49 @@ mod tests {
             "{:?}",
             r.recommended
         );
+
+        // GC-like spikes to 2.5 times the sustained level: covered within the headroom.
+        let mut h = ContainerHistory::new(&policy(), 0);
+        for m in 0..7 * 1440 {
+            h.add_cpu(m * 60, if m % 50 == 0 { 0.75 } else { 0.3 });
+            h.add_memory(m * 60, (100 * MIB) as f64);
+        }
+        let r = recommend(
+            &h,
+            Requests::default(),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        let cpu = r.recommended.cpu.expect("cpu");
+        assert!(cpu >= 375, "spikes stay within twice the request: {cpu}");
+    }
+
+    #[test]
+    fn memory_covers_the_highest_peak_of_the_recent_days_only() {
+        // One 2 GiB peak on day 0, then 500 MiB peaks for nine days.
+        let mut h = ContainerHistory::new(&policy(), 0);
+        for d in 0..10 {
+            for m in 0..1440 {
+                let peak = if d == 0 && m == 600 { 2048 } else { 500 };
+                h.add_memory(d * DAY + m * 60, (peak * MIB) as f64);
+                h.add_cpu(d * DAY + m * 60, 0.1);
+            }
+        }
+        let r = recommend(&h, Requests::default(), &policy(), &Context::default(), 10 * DAY);
+        assert_eq!(r.recommended.memory, Some(515 * MIB), "{:?}", r.reasons);
+        let fortnight = Policy {
+            memory_peak_days: 14,
+            ..policy()
+        };
+        let r = recommend(&h, Requests::default(), &fortnight, &Context::default(), 10 * DAY);
+        assert_eq!(
+            r.recommended.memory,
+            Some(((2048.0 * 1.03) as i64 + 1) * MIB),
+            "{:?}",
+            r.reasons
+        );
+        assert!(r.reasons.iter().any(|x| x.contains("highest daily peak")));
     }
 
     #[test]
@@ -756,9 +860,9 @@ mod tests {
             &Context::default(),
             5 * DAY,
         );
-        // Peaks 500..900Mi: tomorrow's is 1000Mi, plus 15%.
+        // Peaks 500..900Mi: tomorrow's is 1000Mi, plus 3%.
         assert!(
-            r.recommended.memory.expect("memory") >= 1150 * MIB,
+            r.recommended.memory.expect("memory") >= 1030 * MIB,
             "{:?}",
             r.reasons
         );
@@ -807,13 +911,13 @@ mod tests {
         let h = history(7);
         let r = recommend(
             &h,
-            current(600, 600 * MIB),
+            current(480, 550 * MIB),
             &policy(),
             &Context::default(),
             7 * DAY,
         );
-        assert_eq!(r.recommended.cpu, Some(600));
-        assert_eq!(r.recommended.memory, Some(600 * MIB));
+        assert_eq!(r.recommended.cpu, Some(480));
+        assert_eq!(r.recommended.memory, Some(550 * MIB));
         assert!(r.reasons.iter().any(|x| x.contains("unchanged")));
         assert_eq!(r.hourly_cost_delta, 0.0);
     }
