@@ -114,8 +114,9 @@ fn main() {
         .instance_types(&CatalogOptions::for_region("eastus"))
         .expect("eastus instance types");
     let prices = Prices::from_instance_types(&types);
-    let dollars =
-        |s: &Score| s.waste_core_hours * prices.per_core_hour + s.waste_gib_hours * prices.per_gib_hour;
+    let dollars = |s: &Score| {
+        s.waste_core_hours * prices.per_core_hour + s.waste_gib_hours * prices.per_gib_hour
+    };
     println!(
         "\nwaste in dollars (eastus: {:.4} $/core-h, {:.4} $/GiB-h): tailor {:.0}, vpa {:.0}, krr {:.0}",
         prices.per_core_hour,

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod crds;
 pub mod recommend;
+mod recommend_html;
 pub mod simulate;
 
 use std::io::Write;
@@ -38,7 +39,7 @@ pub enum Command {
     Catalog(catalog::CatalogArgs),
     /// Recommend right-sized requests for every workload container from its usage history
     /// in Prometheus, with the monthly cost effect. Changes nothing.
-    Recommend(recommend::RecommendArgs),
+    Recommend(Box<recommend::RecommendArgs>),
     /// Plan a cluster snapshot's pending pods: placements on existing nodes, the cheapest
     /// new nodes that fit the rest, and pods that cannot land with the reason.
     Simulate(simulate::SimulateArgs),
@@ -90,7 +91,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Crds(args) => crds::run(args, out),
         Command::Catalog(args) => catalog::run(args, out),
         Command::Simulate(args) => simulate::run(args, out),
-        Command::Recommend(args) => recommend::run(args, out),
+        Command::Recommend(args) => recommend::run(*args, out),
     }
 }
 

@@ -1,7 +1,6 @@
 //! `tailor recommend`: right-sized requests for every workload container, from its usage
 //! history in Prometheus, with the monthly cost effect. Changes nothing.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,14 +8,30 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
-use super::{CatalogSourceArgs, CliError, OutputArgs, Result, SnapshotArgs};
+use super::{CatalogSourceArgs, CliError, Result, SnapshotArgs};
 use crate::model::quantity::{self, format_milli, format_value};
 use crate::report::Table;
-use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
+use crate::rightsizing::{Context, Policy, Prices, Requests, recommend};
 use crate::state::Snapshot;
+use crate::usage::pool::{Checkpoint, HourUsage, Pool};
 use crate::usage::prometheus::{PrometheusSettings, PrometheusSource};
 use crate::usage::workloads::{Workload, Workloads};
 use crate::usage::{UsageQuery, UsageSource};
+
+/// Output formats of `tailor recommend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecommendFormat {
+    /// Aligned columns for a terminal.
+    Table,
+    /// JSON (camelCase fields).
+    Json,
+    /// YAML (same fields as JSON).
+    Yaml,
+    /// One row per container, for spreadsheets.
+    Csv,
+    /// A self-contained HTML page with a usage chart per workload container.
+    Html,
+}
 
 /// Hours in a month, for monthly figures.
 pub const HOURS_PER_MONTH: f64 = 730.0;
@@ -61,13 +76,30 @@ pub struct RecommendArgs {
     )]
     pub namespaces: Vec<String>,
 
-    /// How much history to read (Go duration, e.g. `14d` is written `336h`).
-    #[arg(long, env = "TAILOR_HISTORY", default_value = "336h")]
+    /// How much history to read (`14d`, or a Go duration such as `336h`).
+    #[arg(long, env = "TAILOR_HISTORY", default_value = "14d")]
     pub history: String,
 
-    /// Sample spacing (Go duration).
-    #[arg(long, env = "TAILOR_STEP", default_value = "1m")]
+    /// CPU sample spacing (Go duration); CPU is the rate over this step (at least 5m).
+    #[arg(long, env = "TAILOR_STEP", default_value = "5m")]
     pub step: String,
+
+    /// Most points (containers x steps) one Prometheus query may return.
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_MAX_POINTS_PER_QUERY",
+        default_value_t = 2_000_000
+    )]
+    pub prometheus_max_points_per_query: i64,
+
+    /// Queries in flight at once.
+    #[arg(long, env = "TAILOR_PROMETHEUS_CONCURRENCY", default_value_t = 4)]
+    pub prometheus_concurrency: usize,
+
+    /// Checkpoint file: resumed from when present (only newer usage is read) and
+    /// rewritten after a successful read.
+    #[arg(long, env = "TAILOR_STATE")]
+    pub state: Option<PathBuf>,
 
     /// Evaluation time (RFC 3339); default: now.
     #[arg(long, env = "TAILOR_NOW")]
@@ -78,8 +110,14 @@ pub struct RecommendArgs {
     pub source: CatalogSourceArgs,
 
     /// Output format.
-    #[command(flatten)]
-    pub output: OutputArgs,
+    #[arg(
+        long,
+        short = 'o',
+        env = "TAILOR_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: RecommendFormat,
 }
 
 /// CPU and memory as Kubernetes quantities; absent when not set.
@@ -142,6 +180,9 @@ pub struct Entry {
     pub reasons: Vec<String>,
     /// USD per month the change saves (negative) or costs.
     pub monthly_cost_delta: f64,
+    /// Hourly usage read in this run, for charts.
+    #[serde(skip)]
+    pub hours: Vec<HourUsage>,
 }
 
 /// Kind and name of a workload.
@@ -167,6 +208,13 @@ pub struct ReportSummary {
     pub prometheus_queries: usize,
     /// Containers in the history that matched no workload of the snapshot.
     pub unmatched_containers: usize,
+    /// Samples read from Prometheus.
+    pub samples_read: u64,
+    /// Start of the usage read in this run (later than the history window's start when
+    /// resumed from a checkpoint), RFC 3339.
+    pub read_from: String,
+    /// Evaluation time, RFC 3339.
+    pub now: String,
 }
 
 /// The whole report.
@@ -249,6 +297,8 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
     settings.ca_file = args.prometheus_ca_file.clone();
     settings.headers = headers;
     settings.timeout = Duration::from_secs(args.prometheus_timeout_seconds.max(1));
+    settings.max_points_per_query = args.prometheus_max_points_per_query.max(1);
+    settings.concurrency = args.prometheus_concurrency.max(1);
     let source = PrometheusSource::new(settings).map_err(|e| CliError::Input(e.to_string()))?;
     let mut namespaces: Vec<String> = if args.namespaces.is_empty() {
         workloads
@@ -261,71 +311,86 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
     };
     namespaces.sort();
     namespaces.dedup();
-    let start = now - history;
+    let window_start = now - history;
+    let keep_hours = args.output == RecommendFormat::Html;
+    // Resume from the checkpoint when it fits this run; a file that cannot be read is an
+    // error (it is never overwritten unread).
+    let checkpoint = match &args.state {
+        Some(path) if path.exists() => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Input(format!("state file {}: {e}", path.display())))?;
+            let c: Checkpoint = serde_json::from_str(&text).map_err(|e| {
+                CliError::Input(format!(
+                    "state file {}: {e} (move it away to start afresh)",
+                    path.display()
+                ))
+            })?;
+            match c.usable(&policy, window_start, now) {
+                Ok(()) => Some(c),
+                Err(why) => {
+                    eprintln!(
+                        "not resuming from {}: {why}; reading the whole history",
+                        path.display()
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let (mut pool, start) = match checkpoint {
+        Some(c) => {
+            let until = c.until;
+            (Pool::resume(&workloads, &policy, c), until)
+        }
+        None => (Pool::new(&workloads, &policy, window_start), window_start),
+    };
+    pool = pool.keep_hours(keep_hours);
+    let began = std::time::Instant::now();
     eprintln!(
-        "reading {}h of usage for {} namespace(s) from {}",
-        history / 3600,
+        "reading {}h of usage for {} namespace(s) from {}{}",
+        (now - start) / 3600,
         namespaces.len(),
-        args.prometheus_url
+        args.prometheus_url,
+        if start > window_start {
+            " (resuming from the state file)"
+        } else {
+            ""
+        }
     );
-    let usage = source
-        .usage(&UsageQuery {
-            namespaces,
-            start,
-            end: now,
-            step,
-        })
-        .await
-        .map_err(|e| CliError::Input(e.to_string()))?;
-    // Pool every pod's samples per workload container, in time order (memory peaks are
-    // taken per 24h window across all replicas).
-    #[derive(Default)]
-    struct Pooled {
-        cpu: Vec<(i64, f64)>,
-        memory: Vec<(i64, f64)>,
-        ooms: Vec<(i64, f64)>,
-    }
-    let mut pooled: BTreeMap<(Workload, String), Pooled> = BTreeMap::new();
-    let mut unmatched = 0;
-    for (key, u) in &usage.containers {
-        let Some(w) = workloads.of_pod(&key.namespace, &key.pod) else {
-            unmatched += 1;
-            continue;
-        };
-        let p = pooled.entry((w, key.container.clone())).or_default();
-        p.cpu.extend_from_slice(&u.cpu);
-        p.memory.extend_from_slice(&u.memory);
-        for t in &u.oom_kills {
-            // The memory at the kill is not in this metric: take the pod's highest sample
-            // up to that moment.
-            let peak = u
-                .memory
-                .iter()
-                .filter(|(s, _)| s <= t)
-                .map(|(_, v)| *v)
-                .fold(0.0, f64::max);
-            p.ooms.push((*t, peak));
-        }
-    }
-    let mut histories: BTreeMap<(Workload, String), ContainerHistory> = BTreeMap::new();
-    for (key, mut p) in pooled {
-        p.memory.sort_by_key(|s| s.0);
-        let h = histories
-            .entry(key)
-            .or_insert_with(|| ContainerHistory::new(&policy, start));
-        for (t, v) in &p.cpu {
-            h.add_cpu(*t, *v);
-        }
-        for (t, v) in &p.memory {
-            h.add_memory(*t, *v);
-        }
-        for (t, v) in &p.ooms {
-            h.add_oom(*t, *v);
-        }
+    // A checkpoint taken at `now` leaves nothing new to read.
+    let stats = if start < now {
+        source
+            .read(
+                &UsageQuery {
+                    namespaces,
+                    start,
+                    end: now,
+                    step,
+                },
+                &mut pool,
+            )
+            .await
+            .map_err(|e| CliError::Input(e.to_string()))?
+    } else {
+        crate::usage::ReadStats::default()
+    };
+    eprintln!(
+        "read {} container series, {} samples in {} queries ({:.1}s)",
+        stats.series,
+        stats.samples,
+        stats.queries,
+        began.elapsed().as_secs_f64()
+    );
+    let mut unmatched = pool.unmatched().len();
+    let pooled = pool.finish();
+    if let Some(path) = &args.state {
+        write_state(path, &Checkpoint::of(&pooled, &policy, now))?;
     }
     let mut report = Report::default();
     let mut seen_workloads = std::collections::BTreeSet::new();
-    for ((w, container), h) in &histories {
+    for ((w, container), pooled) in &pooled {
+        let h = &pooled.history;
         let Some(c) = workloads.container(w, container) else {
             unmatched += 1;
             continue;
@@ -378,14 +443,32 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
             actionable: r.actionable,
             reasons: r.reasons,
             monthly_cost_delta: (r.hourly_cost_delta * HOURS_PER_MONTH * 100.0).round() / 100.0,
+            hours: pooled.hours.clone(),
         });
     }
     report.summary.workloads = seen_workloads.len();
     report.summary.containers = report.recommendations.len();
     report.summary.monthly_cost_delta = (report.summary.monthly_cost_delta * 100.0).round() / 100.0;
-    report.summary.prometheus_queries = usage.queries;
+    report.summary.prometheus_queries = stats.queries;
+    report.summary.samples_read = stats.samples;
+    report.summary.read_from = rfc3339(start);
+    report.summary.now = rfc3339(now);
     report.summary.unmatched_containers = unmatched;
     Ok(report)
+}
+
+fn rfc3339(t: i64) -> String {
+    jiff::Timestamp::from_second(t).map_or_else(|_| t.to_string(), |t| t.to_string())
+}
+
+/// Writes the checkpoint next to its final place and renames it over, so a crash leaves
+/// the old file or the new one, never half of one.
+fn write_state(path: &std::path::Path, checkpoint: &Checkpoint) -> Result<()> {
+    let text = serde_json::to_string(checkpoint).map_err(|e| CliError::Encode(e.to_string()))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| CliError::Input(format!("state file {}: {e}", path.display())))
 }
 
 /// Which resources an HPA targeting the workload scales on.
@@ -473,6 +556,65 @@ pub fn table(report: &Report) -> String {
     )
 }
 
+/// Renders the report as CSV: one row per container, quantities as Kubernetes strings.
+pub fn csv(report: &Report) -> Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let err = |e: csv::Error| CliError::Encode(e.to_string());
+    w.write_record([
+        "namespace",
+        "kind",
+        "workload",
+        "container",
+        "current_cpu_request",
+        "recommended_cpu_request",
+        "current_memory_request",
+        "recommended_memory_request",
+        "current_cpu_limit",
+        "recommended_cpu_limit",
+        "current_memory_limit",
+        "recommended_memory_limit",
+        "lower_cpu",
+        "upper_cpu",
+        "lower_memory",
+        "upper_memory",
+        "confidence",
+        "actionable",
+        "monthly_cost_delta",
+        "reasons",
+    ])
+    .map_err(err)?;
+    let q = |v: &Option<String>| v.clone().unwrap_or_default();
+    for e in &report.recommendations {
+        w.write_record([
+            e.namespace.clone(),
+            e.workload.kind.clone(),
+            e.workload.name.clone(),
+            e.container.clone(),
+            q(&e.current.requests.cpu),
+            q(&e.recommended.requests.cpu),
+            q(&e.current.requests.memory),
+            q(&e.recommended.requests.memory),
+            q(&e.current.limits.cpu),
+            q(&e.recommended.limits.cpu),
+            q(&e.current.limits.memory),
+            q(&e.recommended.limits.memory),
+            q(&e.lower.cpu),
+            q(&e.upper.cpu),
+            q(&e.lower.memory),
+            q(&e.upper.memory),
+            format!("{:.2}", e.confidence),
+            e.actionable.to_string(),
+            format!("{:.2}", e.monthly_cost_delta),
+            e.reasons.join("; "),
+        ])
+        .map_err(err)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| CliError::Encode(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|e| CliError::Encode(e.to_string()))
+}
+
 /// Runs `tailor recommend`.
 pub fn run(args: RecommendArgs, out: &mut dyn Write) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -480,8 +622,15 @@ pub fn run(args: RecommendArgs, out: &mut dyn Write) -> Result<()> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(report(&args))?;
-    let text =
-        crate::report::render(args.output.output, &report, table).map_err(CliError::Encode)?;
+    let text = match args.output {
+        RecommendFormat::Table => table(&report),
+        RecommendFormat::Json => crate::report::render(crate::report::Format::Json, &report, table)
+            .map_err(CliError::Encode)?,
+        RecommendFormat::Yaml => crate::report::render(crate::report::Format::Yaml, &report, table)
+            .map_err(CliError::Encode)?,
+        RecommendFormat::Csv => csv(&report)?,
+        RecommendFormat::Html => super::recommend_html::html(&report),
+    };
     out.write_all(text.as_bytes())?;
     Ok(())
 }

@@ -435,8 +435,9 @@ pub fn recommend(
         }
         let mut target = percentile * memory_margin;
         if policy.memory_peak_days > 0
-            && let Some(peak) = history
-                .highest_peak_since(now - i64::from(policy.memory_peak_days) * MEMORY_WINDOW_SECONDS)
+            && let Some(peak) = history.highest_peak_since(
+                now - i64::from(policy.memory_peak_days) * MEMORY_WINDOW_SECONDS,
+            )
             && peak * memory_margin > target
         {
             target = peak * memory_margin;
@@ -461,8 +462,11 @@ pub fn recommend(
         let upper = memory_hist.percentile(hi).unwrap_or(0.0) * memory_margin * upper_widen;
         let window_start = now - policy.history_window;
         for oom in history.ooms.iter().filter(|o| o.at >= window_start) {
-            let bumped = (oom.memory * (1.0 + policy.oom_bump_fraction))
-                .max(oom.memory + policy.oom_min_bump as f64);
+            // As VPA does: the container needed more than it had, which is at least the
+            // measured peak and at least its request.
+            let at_kill = oom.memory.max(current.memory.unwrap_or(0) as f64);
+            let bumped = (at_kill * (1.0 + policy.oom_bump_fraction))
+                .max(at_kill + policy.oom_min_bump as f64);
             if bumped > target {
                 target = bumped;
                 oom_driven = true;
@@ -824,13 +828,25 @@ mod tests {
                 h.add_cpu(d * DAY + m * 60, 0.1);
             }
         }
-        let r = recommend(&h, Requests::default(), &policy(), &Context::default(), 10 * DAY);
+        let r = recommend(
+            &h,
+            Requests::default(),
+            &policy(),
+            &Context::default(),
+            10 * DAY,
+        );
         assert_eq!(r.recommended.memory, Some(515 * MIB), "{:?}", r.reasons);
         let fortnight = Policy {
             memory_peak_days: 14,
             ..policy()
         };
-        let r = recommend(&h, Requests::default(), &fortnight, &Context::default(), 10 * DAY);
+        let r = recommend(
+            &h,
+            Requests::default(),
+            &fortnight,
+            &Context::default(),
+            10 * DAY,
+        );
         assert_eq!(
             r.recommended.memory,
             Some(((2048.0 * 1.03) as i64 + 1) * MIB),

@@ -1,5 +1,6 @@
 //! Reading usage history: the [`UsageSource`] trait and its Prometheus implementation.
 
+pub mod pool;
 pub mod prometheus;
 pub mod workloads;
 
@@ -16,14 +17,14 @@ pub struct ContainerKey {
     pub container: String,
 }
 
-/// A container's usage samples: (unix seconds, value).
+/// A container's usage as read: CPU samples, memory peaks per interval, OOM kills.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerUsage {
-    /// CPU in cores.
+    /// CPU in cores: (unix seconds, cores).
     pub cpu: Vec<(i64, f64)>,
-    /// Memory working set in bytes.
+    /// Highest memory working set per interval: (interval start, bytes).
     pub memory: Vec<(i64, f64)>,
-    /// Unix seconds at which an OOM kill was first seen.
+    /// Unix seconds by which an OOM kill had happened (within the memory interval before).
     pub oom_kills: Vec<i64>,
 }
 
@@ -36,17 +37,62 @@ pub struct UsageQuery {
     pub start: i64,
     /// End, unix seconds.
     pub end: i64,
-    /// Sample spacing, seconds.
+    /// CPU sample spacing, seconds.
     pub step: i64,
 }
 
-/// Usage read for a query.
+/// What a read cost the source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Requests issued (series discovery included).
+    pub queries: usize,
+    /// Container series found.
+    pub series: usize,
+    /// Samples received.
+    pub samples: u64,
+}
+
+/// Receives usage as it is read, so a long history never has to be held in memory.
+/// Calls come in any order across containers; within one call samples are in time order.
+pub trait UsageSink {
+    /// CPU samples (unix seconds, cores) of a container.
+    fn cpu(&mut self, key: &ContainerKey, samples: &[(i64, f64)]);
+    /// Highest memory working set (bytes) per interval of `interval` seconds, keyed by the
+    /// interval's start.
+    fn memory_peaks(&mut self, key: &ContainerKey, interval: i64, peaks: &[(i64, f64)]);
+    /// An OOM kill of the container within the `interval` seconds before `at`.
+    fn oom_kill(&mut self, key: &ContainerKey, at: i64, interval: i64);
+}
+
+/// Usage read for a query, collected in memory (for tests and small reads).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
     /// Samples per container, in key order.
     pub containers: std::collections::BTreeMap<ContainerKey, ContainerUsage>,
     /// How many queries the source issued.
     pub queries: usize,
+}
+
+impl UsageSink for Usage {
+    fn cpu(&mut self, key: &ContainerKey, samples: &[(i64, f64)]) {
+        let c = self.containers.entry(key.clone()).or_default();
+        c.cpu.extend_from_slice(samples);
+        c.cpu.sort_by_key(|s| s.0);
+    }
+
+    fn memory_peaks(&mut self, key: &ContainerKey, _interval: i64, peaks: &[(i64, f64)]) {
+        let c = self.containers.entry(key.clone()).or_default();
+        c.memory.extend_from_slice(peaks);
+        c.memory.sort_by_key(|s| s.0);
+    }
+
+    fn oom_kill(&mut self, key: &ContainerKey, at: i64, _interval: i64) {
+        let c = self.containers.entry(key.clone()).or_default();
+        if !c.oom_kills.contains(&at) {
+            c.oom_kills.push(at);
+            c.oom_kills.sort_unstable();
+        }
+    }
 }
 
 /// Why usage could not be read. No recommendation is built on a failed read.
@@ -78,6 +124,24 @@ pub enum UsageError {
 /// Where usage history comes from. The Prometheus source reads any Prometheus-compatible
 /// API; the simulator supplies its own.
 pub trait UsageSource: Send + Sync {
-    /// Reads CPU, memory and OOM kills for the query's window.
-    fn usage(&self, query: &UsageQuery) -> impl Future<Output = Result<Usage, UsageError>> + Send;
+    /// Reads CPU, memory peaks and OOM kills for the query's window into `sink`, piece by
+    /// piece. On an error the sink may hold part of the window: callers discard it.
+    fn read<S: UsageSink + Send>(
+        &self,
+        query: &UsageQuery,
+        sink: &mut S,
+    ) -> impl Future<Output = Result<ReadStats, UsageError>> + Send;
+
+    /// Reads the whole window into memory.
+    fn usage(&self, query: &UsageQuery) -> impl Future<Output = Result<Usage, UsageError>> + Send
+    where
+        Self: Sized,
+    {
+        async move {
+            let mut usage = Usage::default();
+            let stats = self.read(query, &mut usage).await?;
+            usage.queries = stats.queries;
+            Ok(usage)
+        }
+    }
 }

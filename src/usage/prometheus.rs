@@ -1,10 +1,21 @@
 //! Usage from any Prometheus-compatible API (Prometheus, Thanos, Mimir, VictoriaMetrics).
 //!
-//! Prometheus must not be hurt: every query aggregates on the server to one series per
-//! container (`sum`/`max by (namespace, pod, container)`), covers all selected namespaces
-//! at once, and spans one time chunk (a day by default), so a 14-day read of any number of
-//! containers is 14 chunks x 3 metrics. Chunks run a few at a time, and transport errors
-//! are retried with backoff.
+//! Prometheus must not be hurt. A read first lists the container series in the window
+//! (`/api/v1/series`, an index lookup), then plans its range queries from them:
+//!
+//! - every query aggregates on the server to one series per container (`sum`/`max by
+//!   (namespace, pod, container)`) and covers as many namespaces as fit its budget;
+//! - a query returns at most `max_points_per_query` points (containers x steps), and no
+//!   series more than Prometheus' 11,000-point limit (longer windows are split in time);
+//!   a namespace too large for one query is split by pod;
+//! - memory is read as the exact peak of each interval (`max_over_time`, one point an hour
+//!   by default), which is all the recommender needs from it; OOM kills come back only
+//!   where a restart coincides with an `OOMKilled` termination reason;
+//! - queries run a few at a time, transport errors are retried with backoff, and each
+//!   answer is handed to the sink and dropped before the next is read.
+//!
+//! A 14-day read of 10,000 containers at the default 5-minute CPU step takes 24 queries;
+//! KRR's one query per 50 pods and resource takes 400.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,7 +27,10 @@ use prometheus_http_query::response::Data;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::Semaphore;
 
-use super::{ContainerKey, ContainerUsage, Usage, UsageError, UsageQuery, UsageSource};
+use super::{ContainerKey, ReadStats, UsageError, UsageQuery, UsageSink, UsageSource};
+
+/// Prometheus refuses range queries of more than 11,000 points per series.
+pub const MAX_POINTS_PER_SERIES: i64 = 11_000;
 
 /// Label names, which differ between cadvisor's own and kube-prometheus' relabelling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,8 +68,12 @@ pub struct PrometheusSettings {
     pub ca_file: Option<PathBuf>,
     /// Per-request timeout.
     pub timeout: Duration,
-    /// Time span of one range query.
-    pub chunk: Duration,
+    /// Window of `rate()` for CPU; never shorter than the step.
+    pub rate_window: Duration,
+    /// Memory is read as the peak of each interval this long (divides a day).
+    pub memory_interval: Duration,
+    /// Most points (series x steps) one query may return.
+    pub max_points_per_query: i64,
     /// Queries in flight at once.
     pub concurrency: usize,
     /// Retries of a failed request.
@@ -65,7 +83,8 @@ pub struct PrometheusSettings {
 }
 
 impl PrometheusSettings {
-    /// Defaults for a URL: 30 s timeout, one-day chunks, 4 queries at once, 3 retries.
+    /// Defaults for a URL: 30 s timeout, 5-minute rate window, hourly memory peaks, 2M
+    /// points per query, 4 queries at once, 3 retries.
     pub fn new(url: &str) -> Self {
         PrometheusSettings {
             url: url.to_string(),
@@ -74,7 +93,9 @@ impl PrometheusSettings {
             headers: Vec::new(),
             ca_file: None,
             timeout: Duration::from_secs(30),
-            chunk: Duration::from_secs(86_400),
+            rate_window: Duration::from_secs(300),
+            memory_interval: Duration::from_secs(3600),
+            max_points_per_query: 2_000_000,
             concurrency: 4,
             retries: 3,
             labels: LabelNames::default(),
@@ -82,15 +103,150 @@ impl PrometheusSettings {
     }
 }
 
+/// Which series a query reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// CPU cores (rate of the usage counter).
+    Cpu,
+    /// Peak memory working set per interval.
+    Memory,
+    /// OOM kills per interval.
+    Oom,
+}
+
+/// One range query of a read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedQuery {
+    /// What it reads.
+    pub metric: Metric,
+    /// The PromQL.
+    pub promql: String,
+    /// First evaluation, unix seconds.
+    pub start: i64,
+    /// Last evaluation, unix seconds (inclusive).
+    pub end: i64,
+    /// Seconds between evaluations.
+    pub step: i64,
+}
+
+/// A part of the containers one query covers: whole namespaces, or some pods of one
+/// namespace. A query's parts are disjoint and joined with `or`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Namespaces(Vec<String>),
+    Pods(String, Vec<String>),
+}
+
+/// Packs `containers` (namespace, pod; one entry per container) into groups of at most
+/// `budget` containers (more only for a single pod that alone exceeds it), keeping
+/// namespaces whole where they fit and splitting the others by pod.
+fn groups(containers: &[(String, String)], budget: usize) -> Vec<Vec<Part>> {
+    let budget = budget.max(1);
+    let mut by_ns: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
+    for (ns, pod) in containers {
+        *by_ns.entry(ns).or_default().entry(pod).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    let mut whole: Vec<String> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
+    let mut used = 0;
+    let flush = |whole: &mut Vec<String>, parts: &mut Vec<Part>, out: &mut Vec<Vec<Part>>| {
+        let mut group = Vec::new();
+        if !whole.is_empty() {
+            group.push(Part::Namespaces(std::mem::take(whole)));
+        }
+        group.append(parts);
+        if !group.is_empty() {
+            out.push(group);
+        }
+    };
+    for (ns, pods) in by_ns {
+        let count: usize = pods.values().sum();
+        if used + count <= budget {
+            whole.push(ns.to_string());
+            used += count;
+            continue;
+        }
+        // Fill the rest of this group with some of its pods, then go on in new groups.
+        let pods_len = pods.len();
+        let mut chunk: Vec<String> = Vec::new();
+        for (pod, c) in pods {
+            if used + c > budget && used > 0 {
+                if !chunk.is_empty() {
+                    parts.push(Part::Pods(ns.to_string(), std::mem::take(&mut chunk)));
+                }
+                flush(&mut whole, &mut parts, &mut out);
+                used = 0;
+            }
+            chunk.push(pod.to_string());
+            used += c;
+        }
+        if chunk.len() == pods_len {
+            whole.push(ns.to_string());
+        } else if !chunk.is_empty() {
+            parts.push(Part::Pods(ns.to_string(), chunk));
+        }
+    }
+    flush(&mut whole, &mut parts, &mut out);
+    out
+}
+
+/// Evaluation windows of at most `MAX_POINTS_PER_SERIES - 1` steps each, meeting without
+/// overlap (range queries include both ends).
+fn time_chunks(first: i64, last: i64, step: i64) -> Vec<(i64, i64)> {
+    let span = (MAX_POINTS_PER_SERIES - 1) * step;
+    let mut out = Vec::new();
+    let mut s = first;
+    while s <= last {
+        let e = (s + span - step).min(last);
+        out.push((s, e));
+        s = e + step;
+    }
+    out
+}
+
 /// The Prometheus usage source.
 #[derive(Clone)]
 pub struct PrometheusSource {
     client: Client,
+    http: reqwest::Client,
     settings: Arc<PrometheusSettings>,
 }
 
 fn settings_error(what: impl std::fmt::Display) -> UsageError {
     UsageError::Settings(what.to_string())
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push_str("\\\\");
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn key_of(
+    labels: &std::collections::HashMap<String, String>,
+    names: &LabelNames,
+) -> Option<ContainerKey> {
+    Some(ContainerKey {
+        namespace: labels.get(&names.namespace)?.clone(),
+        pod: labels.get(&names.pod)?.clone(),
+        container: labels.get(&names.container)?.clone(),
+    })
+}
+
+/// `/api/v1/series` answer.
+#[derive(serde::Deserialize)]
+struct SeriesResponse {
+    status: String,
+    #[serde(default)]
+    data: Vec<std::collections::HashMap<String, String>>,
+    #[serde(default)]
+    error: Option<String>,
 }
 
 impl PrometheusSource {
@@ -136,28 +292,57 @@ impl PrometheusSource {
         let http = builder
             .build()
             .map_err(|e| settings_error(format!("HTTP client: {e}")))?;
-        let client = Client::from(http, &settings.url)
+        let client = Client::from(http.clone(), &settings.url)
             .map_err(|e| settings_error(format!("URL {:?}: {e}", settings.url)))?;
+        let day = 86_400;
+        let interval = settings.memory_interval.as_secs() as i64;
+        if interval <= 0 || day % interval != 0 {
+            return Err(settings_error(format!(
+                "memory interval {interval}s does not divide a day"
+            )));
+        }
         Ok(PrometheusSource {
             client,
+            http,
             settings: Arc::new(settings),
         })
     }
 
-    fn selector(&self, metric: &str, extra: &str, namespaces: &[String]) -> String {
+    fn matchers(&self, namespaces: &[String], group: Option<&Part>) -> Vec<String> {
         let l = &self.settings.labels;
         let mut matchers = vec![
             format!("{}!=\"\"", l.container),
             format!("{}!=\"POD\"", l.container),
         ];
-        if !namespaces.is_empty() {
-            let escaped: Vec<String> = namespaces.iter().map(|n| regex_escape(n)).collect();
-            matchers.push(format!("{}=~\"{}\"", l.namespace, escaped.join("|")));
+        let alternatives = |names: &[String]| {
+            names
+                .iter()
+                .map(|n| regex_escape(n))
+                .collect::<Vec<_>>()
+                .join("|")
+        };
+        match group {
+            Some(Part::Namespaces(ns)) => {
+                matchers.push(format!("{}=~\"{}\"", l.namespace, alternatives(ns)));
+            }
+            Some(Part::Pods(ns, pods)) => {
+                matchers.push(format!("{}=\"{}\"", l.namespace, ns.replace('"', "\\\"")));
+                matchers.push(format!("{}=~\"{}\"", l.pod, alternatives(pods)));
+            }
+            None if !namespaces.is_empty() => {
+                matchers.push(format!("{}=~\"{}\"", l.namespace, alternatives(namespaces)));
+            }
+            None => {}
         }
+        matchers
+    }
+
+    fn selector(&self, metric: &str, extra: &str, matchers: &[String]) -> String {
+        let mut all = matchers.to_vec();
         if !extra.is_empty() {
-            matchers.push(extra.to_string());
+            all.push(extra.to_string());
         }
-        format!("{metric}{{{}}}", matchers.join(","))
+        format!("{metric}{{{}}}", all.join(","))
     }
 
     fn by(&self) -> String {
@@ -165,58 +350,121 @@ impl PrometheusSource {
         format!("{}, {}, {}", l.namespace, l.pod, l.container)
     }
 
-    /// The three queries for one chunk.
-    pub fn queries(&self, namespaces: &[String]) -> [(Metric, String); 3] {
-        let by = self.by();
-        [
-            (
-                Metric::Cpu,
-                format!(
-                    "sum by ({by}) (rate({}[5m]))",
-                    self.selector("container_cpu_usage_seconds_total", "", namespaces)
-                ),
-            ),
-            (
-                Metric::Memory,
-                format!(
-                    "max by ({by}) ({})",
-                    self.selector("container_memory_working_set_bytes", "", namespaces)
-                ),
-            ),
-            (
-                Metric::Oom,
-                format!(
-                    "max by ({by}) ({})",
-                    self.selector(
-                        "kube_pod_container_status_last_terminated_reason",
-                        "reason=\"OOMKilled\"",
-                        namespaces
-                    )
-                ),
-            ),
-        ]
+    /// `expr` for each part of a group, joined with `or` (the parts are disjoint).
+    fn union(
+        &self,
+        query: &UsageQuery,
+        group: &[Part],
+        expr: impl Fn(&[String]) -> String,
+    ) -> String {
+        group
+            .iter()
+            .map(|part| expr(&self.matchers(&query.namespaces, Some(part))))
+            .collect::<Vec<_>>()
+            .join(" or ")
     }
 
-    async fn range(
-        &self,
-        query: &str,
-        start: i64,
-        end: i64,
-        step: i64,
-    ) -> Result<Data, UsageError> {
+    fn memory_interval(&self, query: &UsageQuery) -> i64 {
+        (self.settings.memory_interval.as_secs() as i64).min((query.end - query.start).max(1))
+    }
+
+    /// The range queries for a read of `containers` (namespace, pod; one entry per
+    /// container series) over the query's window. Pure: the benchmark counts them for
+    /// clusters no test server holds.
+    pub fn plan(&self, containers: &[(String, String)], query: &UsageQuery) -> Vec<PlannedQuery> {
+        let mut out = Vec::new();
+        if containers.is_empty() || query.end <= query.start {
+            return out;
+        }
+        let by = self.by();
+        let budget = |points_per_series: i64| {
+            (self.settings.max_points_per_query / points_per_series.max(1)).max(1) as usize
+        };
+        // CPU: rate over the step (at least the rate window), one point per step.
+        let step = query.step.max(1);
+        let window = (self.settings.rate_window.as_secs() as i64).max(step);
+        let cpu_chunks = time_chunks(query.start, query.end, step);
+        let cpu_points = (cpu_chunks[0].1 - cpu_chunks[0].0) / step + 1;
+        for group in groups(containers, budget(cpu_points)) {
+            let union = self.union(query, &group, |sel| {
+                format!(
+                    "rate({}[{window}s])",
+                    self.selector("container_cpu_usage_seconds_total", "", sel)
+                )
+            });
+            let promql = format!("sum by ({by}) ({union})");
+            for (s, e) in &cpu_chunks {
+                out.push(PlannedQuery {
+                    metric: Metric::Cpu,
+                    promql: promql.clone(),
+                    start: *s,
+                    end: *e,
+                    step,
+                });
+            }
+        }
+        // Memory: the peak of each interval, evaluated at the interval's end over a window
+        // one second short of it, so that consecutive intervals do not share a sample.
+        let interval = self.memory_interval(query);
+        let mem_chunks = time_chunks(query.start + interval, query.end, interval);
+        let mem_points = (mem_chunks[0].1 - mem_chunks[0].0) / interval + 1;
+        for group in groups(containers, budget(mem_points)) {
+            let union = self.union(query, &group, |sel| {
+                format!(
+                    "max_over_time({}[{}s])",
+                    self.selector("container_memory_working_set_bytes", "", sel),
+                    interval - 1
+                )
+            });
+            let promql = format!("max by ({by}) ({union})");
+            for (s, e) in &mem_chunks {
+                out.push(PlannedQuery {
+                    metric: Metric::Memory,
+                    promql: promql.clone(),
+                    start: *s,
+                    end: *e,
+                    step: interval,
+                });
+            }
+        }
+        // OOM kills: a restart in the interval while the last termination was OOMKilled.
+        // The answer holds only containers that were killed, so one query covers all.
+        let m = self.matchers(&query.namespaces, None);
+        let promql = format!(
+            "(max by ({by}) (increase({}[{}s])) > 0) and on ({by}) (max by ({by}) ({}) == 1)",
+            self.selector("kube_pod_container_status_restarts_total", "", &m),
+            interval - 1,
+            self.selector(
+                "kube_pod_container_status_last_terminated_reason",
+                "reason=\"OOMKilled\"",
+                &m
+            ),
+        );
+        for (s, e) in &mem_chunks {
+            out.push(PlannedQuery {
+                metric: Metric::Oom,
+                promql: promql.clone(),
+                start: *s,
+                end: *e,
+                step: interval,
+            });
+        }
+        out
+    }
+
+    async fn with_retries<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, UsageError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, prometheus_http_query::Error>>,
+    {
         let mut attempt = 0;
         loop {
-            let result = self
-                .client
-                .query_range(query, start, end, step as f64)
-                .get()
-                .await;
-            match result {
-                Ok(r) => return Ok(r.data().clone()),
+            match call().await {
+                Ok(r) => return Ok(r),
                 Err(prometheus_http_query::Error::Prometheus(e)) => {
                     return Err(UsageError::Query {
                         url: self.settings.url.clone(),
-                        query: query.to_string(),
+                        query: what.to_string(),
                         message: e.to_string(),
                     });
                 }
@@ -234,121 +482,226 @@ impl PrometheusSource {
             }
         }
     }
-}
 
-/// Which series a query reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    /// CPU cores (rate of the usage counter).
-    Cpu,
-    /// Memory working set.
-    Memory,
-    /// OOM-kill termination reason.
-    Oom,
-}
-
-fn regex_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push_str("\\\\");
-        }
-        out.push(c);
+    async fn range(&self, q: &PlannedQuery) -> Result<Data, UsageError> {
+        self.with_retries(&q.promql, || async {
+            self.client
+                .query_range(&q.promql, q.start, q.end, q.step as f64)
+                .post()
+                .await
+                .map(|r| r.data().clone())
+        })
+        .await
     }
-    out
-}
 
-fn key_of(
-    labels: &std::collections::HashMap<String, String>,
-    names: &LabelNames,
-) -> Option<ContainerKey> {
-    Some(ContainerKey {
-        namespace: labels.get(&names.namespace)?.clone(),
-        pod: labels.get(&names.pod)?.clone(),
-        container: labels.get(&names.container)?.clone(),
-    })
+    /// The container series (namespace, pod; one entry per container) with memory
+    /// samples in the window: an index lookup, no samples read.
+    pub async fn containers(
+        &self,
+        query: &UsageQuery,
+    ) -> Result<Vec<(String, String)>, UsageError> {
+        let m = self.matchers(&query.namespaces, None);
+        let selector = self.selector("container_memory_working_set_bytes", "", &m);
+        let url = format!("{}/api/v1/series", self.settings.url.trim_end_matches('/'));
+        let form = [
+            ("match[]", selector.clone()),
+            ("start", query.start.to_string()),
+            ("end", query.end.to_string()),
+        ];
+        let mut attempt = 0;
+        let body: SeriesResponse = loop {
+            let sent = self.http.post(&url).form(&form).send().await;
+            let failed = match sent {
+                Ok(r) => match r.json::<SeriesResponse>().await {
+                    Ok(b) => break b,
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
+            if attempt >= self.settings.retries {
+                return Err(UsageError::Unavailable {
+                    url: self.settings.url.clone(),
+                    message: format!("{failed} (after {} retries)", self.settings.retries),
+                });
+            }
+            attempt += 1;
+            tracing::warn!(error = %failed, attempt, "prometheus series request failed; retrying");
+            tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
+        };
+        if body.status != "success" {
+            return Err(UsageError::Query {
+                url: self.settings.url.clone(),
+                query: selector,
+                message: body.error.unwrap_or(body.status),
+            });
+        }
+        let mut keys: Vec<ContainerKey> = body
+            .data
+            .iter()
+            .filter_map(|labels| key_of(labels, &self.settings.labels))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys.into_iter().map(|k| (k.namespace, k.pod)).collect())
+    }
 }
 
 impl UsageSource for PrometheusSource {
-    async fn usage(&self, query: &UsageQuery) -> Result<Usage, UsageError> {
+    async fn read<S: UsageSink + Send>(
+        &self,
+        query: &UsageQuery,
+        sink: &mut S,
+    ) -> Result<ReadStats, UsageError> {
         if query.end <= query.start || query.step <= 0 {
             return Err(settings_error(format!(
                 "empty window {}..{} or step {}",
                 query.start, query.end, query.step
             )));
         }
-        let chunk = i64::try_from(self.settings.chunk.as_secs())
-            .unwrap_or(86_400)
-            .max(query.step);
-        let mut jobs = Vec::new();
-        let mut s = query.start;
-        while s < query.end {
-            // Range queries include both ends: chunks meet without overlapping.
-            let e = (s + chunk).min(query.end);
-            let last = e == query.end;
-            let end = if last { e } else { e - query.step };
-            for (metric, promql) in self.queries(&query.namespaces) {
-                jobs.push((metric, promql, s, end));
-            }
-            s = e;
-        }
-        let issued = jobs.len();
+        let containers = self.containers(query).await?;
+        let plan = self.plan(&containers, query);
+        let mut stats = ReadStats {
+            queries: 1 + plan.len(),
+            series: containers.len(),
+            samples: 0,
+        };
+        let interval = self.memory_interval(query);
         let permits = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
         let mut set = tokio::task::JoinSet::new();
-        for (i, (metric, promql, start, end)) in jobs.into_iter().enumerate() {
+        for q in plan {
             let this = self.clone();
             let permits = permits.clone();
-            let step = query.step;
             set.spawn(async move {
                 let _permit = permits.acquire_owned().await;
-                let data = this.range(&promql, start, end, step).await;
-                (i, metric, data)
+                let data = this.range(&q).await;
+                (q.metric, q.promql, data)
             });
         }
-        let mut results = Vec::with_capacity(issued);
+        // Answers go to the sink as they arrive; only those in flight are held.
         while let Some(joined) = set.join_next().await {
-            let (i, metric, data) = joined.map_err(|e| UsageError::Unavailable {
+            let (metric, promql, data) = joined.map_err(|e| UsageError::Unavailable {
                 url: self.settings.url.clone(),
                 message: format!("query task failed: {e}"),
             })?;
-            results.push((i, metric, data?));
-        }
-        // Chunks in time order, so each container's samples come out sorted.
-        results.sort_by_key(|r| r.0);
-        let mut containers: BTreeMap<ContainerKey, ContainerUsage> = BTreeMap::new();
-        for (_, metric, data) in results {
-            let Data::Matrix(series) = data else {
+            let Data::Matrix(series) = data? else {
                 return Err(UsageError::Query {
                     url: self.settings.url.clone(),
-                    query: format!("{metric:?}"),
+                    query: promql,
                     message: "expected a range vector".to_string(),
                 });
             };
+            let mut buf: Vec<(i64, f64)> = Vec::new();
             for s in series {
                 let Some(key) = key_of(s.metric(), &self.settings.labels) else {
                     continue;
                 };
-                let entry = containers.entry(key).or_default();
-                let samples = s
-                    .samples()
-                    .iter()
-                    .map(|p| (p.timestamp() as i64, p.value()));
+                buf.clear();
+                buf.extend(
+                    s.samples()
+                        .iter()
+                        .map(|p| (p.timestamp() as i64, p.value()))
+                        .filter(|(_, v)| v.is_finite()),
+                );
+                stats.samples += buf.len() as u64;
                 match metric {
-                    Metric::Cpu => entry.cpu.extend(samples),
-                    Metric::Memory => entry.memory.extend(samples),
+                    Metric::Cpu => sink.cpu(&key, &buf),
+                    Metric::Memory => {
+                        for p in &mut buf {
+                            p.0 -= interval;
+                        }
+                        sink.memory_peaks(&key, interval, &buf);
+                    }
                     Metric::Oom => {
-                        if let Some((t, _)) = samples.into_iter().find(|(_, v)| *v > 0.0)
-                            && !entry.oom_kills.contains(&t)
-                        {
-                            entry.oom_kills.push(t);
+                        for (t, _) in &buf {
+                            sink.oom_kill(&key, *t, interval);
                         }
                     }
                 }
             }
         }
-        Ok(Usage {
-            containers,
-            queries: issued,
-        })
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn containers(spec: &[(&str, &str, usize)]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (ns, pod, n) in spec {
+            for _ in 0..*n {
+                out.push((ns.to_string(), pod.to_string()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn namespaces_are_packed_whole_and_a_large_one_is_split_by_pod() {
+        let c = containers(&[
+            ("a", "a-1", 2),
+            ("b", "b-1", 1),
+            ("c", "c-1", 3),
+            ("c", "c-2", 3),
+            ("c", "c-3", 1),
+            ("d", "d-1", 1),
+        ]);
+        assert_eq!(
+            groups(&c, 4),
+            vec![
+                vec![Part::Namespaces(vec!["a".into(), "b".into()])],
+                vec![Part::Pods("c".into(), vec!["c-1".into()])],
+                vec![Part::Pods("c".into(), vec!["c-2".into(), "c-3".into()])],
+                vec![Part::Namespaces(vec!["d".into()])],
+            ]
+        );
+        // Room left in a group is filled with the pods of the next namespace.
+        let c = containers(&[("a", "a-1", 3), ("b", "b-1", 1), ("b", "b-2", 1)]);
+        assert_eq!(
+            groups(&c, 4),
+            vec![
+                vec![
+                    Part::Namespaces(vec!["a".into()]),
+                    Part::Pods("b".into(), vec!["b-1".into()])
+                ],
+                vec![Part::Pods("b".into(), vec!["b-2".into()])],
+            ]
+        );
+    }
+
+    #[test]
+    fn long_windows_are_split_below_the_point_limit_without_overlap() {
+        let chunks = time_chunks(0, 14 * 86_400, 60);
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[0].0, 0);
+        assert_eq!(chunks[1].0, chunks[0].1 + 60);
+        assert_eq!(chunks[1].1, 14 * 86_400);
+        for (s, e) in chunks {
+            assert!((e - s) / 60 < MAX_POINTS_PER_SERIES);
+        }
+    }
+
+    #[test]
+    fn ten_thousand_containers_over_two_weeks_take_a_few_dozen_queries() {
+        let source = PrometheusSource::new(PrometheusSettings::new("http://prometheus:9090"))
+            .expect("settings");
+        let c: Vec<(String, String)> = (0..10_000)
+            .map(|i| (format!("ns-{}", i / 250), format!("pod-{i}")))
+            .collect();
+        let q = UsageQuery {
+            namespaces: Vec::new(),
+            start: 0,
+            end: 14 * 86_400,
+            step: 300,
+        };
+        let plan = source.plan(&c, &q);
+        let count = |m: Metric| plan.iter().filter(|p| p.metric == m).count();
+        assert_eq!(count(Metric::Oom), 1);
+        assert!(count(Metric::Memory) <= 2, "{}", count(Metric::Memory));
+        assert!(plan.len() < 30, "{} queries", plan.len());
+        for p in &plan {
+            assert!((p.end - p.start) / p.step < MAX_POINTS_PER_SERIES, "{p:?}");
+        }
     }
 }
