@@ -5,13 +5,28 @@
 //! but unused core-hours and GiB-hours) and risk (would-be OOM and starvation samples per
 //! container-day) per shape and overall, with Tailor's waste relative to VPA and KRR.
 //! Without `--bench` (as `cargo test --all-targets` runs it) it does a small smoke run.
+//!
+//! The backtest runs twice: on the raw samples in memory, and on the real path — the
+//! training days written as OpenMetrics, backfilled into a real Prometheus with promtool,
+//! and read back through the Prometheus usage source exactly as `tailor recommend` reads
+//! them (5-minute CPU rates, hourly memory peaks). Scoring always uses the raw samples.
+
+#[path = "../tests/support/prometheus.rs"]
+mod prometheus_server;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use tailor::usage::prometheus::{PrometheusSettings, PrometheusSource};
+use tailor::usage::{UsageQuery, UsageSource};
 
 use tailor::catalog::{Catalog, CatalogOptions};
 use tailor::rightsizing::Prices;
 use tailor::rightsizing::backtest::{Algorithm, Samples, Score, Sized, score, train};
 use tailor::sim::traces::{Shape, generate};
+
+/// A generated container: shape, pod name, CPU and memory samples.
+type Kept = (Shape, String, Vec<(i64, f64)>, Vec<(i64, f64)>);
 
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
@@ -27,6 +42,7 @@ fn main() {
     // The least memory waste any fixed request without an OOM can have: each container's
     // exact peak of the test days.
     let mut memory_floor = Score::default();
+    let mut kept: Vec<Kept> = Vec::new();
     for shape in Shape::ALL {
         for i in 0..per_shape {
             let trace = generate(shape, 1000 * (shape as u64 + 1) + i, start, days, step);
@@ -60,6 +76,12 @@ fn main() {
                 test_samples,
                 step,
             ));
+            kept.push((
+                shape,
+                format!("{}-{i}", shape.name()),
+                cpu.clone(),
+                memory.clone(),
+            ));
             for alg in Algorithm::ALL {
                 let rec = train(alg, train_samples, split);
                 table
@@ -70,15 +92,120 @@ fn main() {
         }
     }
     println!(
-        "== backtest: {per_shape} containers per shape, {days} days at {step}s, train days 1-{train_days}, test days {}-{days} ==",
+        "== backtest in memory (raw samples): {per_shape} containers per shape, {days} days at {step}s, train days 1-{train_days}, test days {}-{days} ==",
         train_days + 1
     );
+    let overall = report(&table);
+    println!(
+        "memory floor (each container's exact test peak, no OOM): {:.1} GiB-h; vpa is {:.2}x it, tailor {:.2}x",
+        memory_floor.waste_gib_hours,
+        overall[&Algorithm::Vpa].waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9),
+        overall[&Algorithm::Tailor].waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9)
+    );
+    // The same, trained on what Prometheus returns.
+    let om = openmetrics(&kept, split, step);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let began = std::time::Instant::now();
+    let usage = runtime.block_on(async {
+        let server = prometheus_server::start_prometheus(&om).await;
+        let source = PrometheusSource::new(PrometheusSettings::new(&server.url)).expect("source");
+        source
+            .usage(&UsageQuery {
+                namespaces: vec!["backtest".to_string()],
+                start,
+                end: split - 1,
+                step: 300,
+            })
+            .await
+            .expect("usage reads back")
+    });
+    drop(om);
+    let mut table: BTreeMap<(Shape, Algorithm), Score> = BTreeMap::new();
+    for (shape, pod, cpu, memory) in &kept {
+        let key = tailor::usage::ContainerKey {
+            namespace: "backtest".to_string(),
+            pod: pod.clone(),
+            container: "app".to_string(),
+        };
+        let read = usage
+            .containers
+            .get(&key)
+            .expect("every container read back");
+        let cut = cpu.partition_point(|s| s.0 < split);
+        let test_samples = Samples {
+            cpu: &cpu[cut..],
+            memory: &memory[cut..],
+        };
+        let train_samples = Samples {
+            cpu: &read.cpu,
+            memory: &read.memory,
+        };
+        for alg in Algorithm::ALL {
+            let rec = train(alg, train_samples, split);
+            table
+                .entry((*shape, alg))
+                .or_default()
+                .add(&score(rec, test_samples, step));
+        }
+    }
+    println!(
+        "\n== backtest through Prometheus: training days backfilled with promtool and read back with the Prometheus usage source ({} queries, {:.1}s including backfill) ==",
+        usage.queries,
+        began.elapsed().as_secs_f64()
+    );
+    let overall = report(&table);
+    println!(
+        "memory floor (each container's exact test peak, no OOM): {:.1} GiB-h; vpa is {:.2}x it, tailor {:.2}x",
+        memory_floor.waste_gib_hours,
+        overall[&Algorithm::Vpa].waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9),
+        overall[&Algorithm::Tailor].waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9)
+    );
+}
+
+/// The training days of every container as OpenMetrics text: CPU as the cumulative
+/// counter cadvisor exports, memory as the working-set gauge.
+fn openmetrics(
+    kept: &[Kept],
+    split: i64,
+    step: i64,
+) -> String {
+    let mut om = String::new();
+    om.push_str("# TYPE container_cpu_usage_seconds counter\n");
+    for (_, pod, cpu, _) in kept {
+        let mut total = 0.0;
+        for (t, v) in cpu.iter().take_while(|s| s.0 < split) {
+            total += v * step as f64;
+            let _ = writeln!(
+                om,
+                "container_cpu_usage_seconds_total{{namespace=\"backtest\",pod=\"{pod}\",container=\"app\"}} {total} {t}"
+            );
+        }
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for (_, pod, _, memory) in kept {
+        for (t, v) in memory.iter().take_while(|s| s.0 < split) {
+            let _ = writeln!(
+                om,
+                "container_memory_working_set_bytes{{namespace=\"backtest\",pod=\"{pod}\",container=\"app\"}} {v} {t}"
+            );
+        }
+    }
+    om.push_str("# EOF\n");
+    om
+}
+
+/// Prints the table per shape and overall, and Tailor against VPA and KRR.
+fn report(table: &BTreeMap<(Shape, Algorithm), Score>) -> BTreeMap<Algorithm, Score> {
     println!(
         "{:<9} {:<7} {:>12} {:>12} {:>14} {:>14}",
         "shape", "algo", "waste core-h", "waste GiB-h", "OOM risk/day", "starve risk/day"
     );
     let mut overall: BTreeMap<Algorithm, Score> = BTreeMap::new();
-    for ((shape, alg), s) in &table {
+    for ((shape, alg), s) in table {
         println!(
             "{:<9} {:<7} {:>12.1} {:>12.1} {:>14.3} {:>14.3}",
             shape.name(),
@@ -126,12 +253,6 @@ fn main() {
         dollars(k)
     );
     println!(
-        "memory floor (each container's exact test peak, no OOM): {:.1} GiB-h; vpa is {:.2}x it, tailor {:.2}x",
-        memory_floor.waste_gib_hours,
-        v.waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9),
-        t.waste_gib_hours / memory_floor.waste_gib_hours.max(1e-9)
-    );
-    println!(
         "tailor vs vpa: {:.1}% less CPU waste, {:.1}% less memory waste, {:.1}% less waste in dollars, OOM risk {:.2} vs {:.2}, starvation {:.2} vs {:.2} per container-day (target: >= 30% less waste, OOM risk no higher)",
         less(t.waste_core_hours, v.waste_core_hours),
         less(t.waste_gib_hours, v.waste_gib_hours),
@@ -151,4 +272,5 @@ fn main() {
         t.cpu_risk_rate(),
         k.cpu_risk_rate()
     );
+    overall
 }

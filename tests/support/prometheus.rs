@@ -1,0 +1,106 @@
+//! A real Prometheus server (Debian's package) on a free loopback port, over history
+//! backfilled from OpenMetrics text with promtool. Shared by the Prometheus tests and the
+//! backtest program.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A Prometheus server on a free loopback port over a backfilled copy of the data.
+pub struct TestPrometheus {
+    child: Child,
+    /// Base URL.
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TestPrometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Fails (never skips) when `binary` is not installed.
+pub fn require(binary: &str) {
+    let found = Command::new(binary)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    // A test that needs the real server fails when it is missing; it never passes silently.
+    assert!(
+        found,
+        "{binary} is not installed: run ./scripts/test, which installs Debian's prometheus package"
+    );
+}
+
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Backfills `openmetrics` with promtool and starts Prometheus over it, ready to query.
+pub async fn start_prometheus(openmetrics: &str) -> TestPrometheus {
+    require("prometheus");
+    require("promtool");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("history.om");
+    std::fs::write(&input, openmetrics).expect("write history");
+    let data = dir.path().join("data");
+    let status = Command::new("promtool")
+        .args([
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "--max-block-duration=1000h",
+        ])
+        .arg(&input)
+        .arg(&data)
+        .stdout(Stdio::null())
+        .status()
+        .expect("promtool runs");
+    assert!(status.success(), "promtool backfill failed");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        "global:\n  scrape_interval: 1m\nscrape_configs: []\n",
+    )
+    .expect("write config");
+    let port = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", data.display()))
+        .arg("--storage.tsdb.retention.time=3650d")
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let server = TestPrometheus {
+        child,
+        url,
+        _dir: dir,
+    };
+    tailor::telemetry::install_tls_provider();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = client
+            .get(format!("{}/-/ready", server.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "prometheus did not become ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server
+}
