@@ -168,11 +168,7 @@ fn main() {
 
 /// The training days of every container as OpenMetrics text: CPU as the cumulative
 /// counter cadvisor exports, memory as the working-set gauge.
-fn openmetrics(
-    kept: &[Kept],
-    split: i64,
-    step: i64,
-) -> String {
+fn openmetrics(kept: &[Kept], split: i64, step: i64) -> String {
     let mut om = String::new();
     om.push_str("# TYPE container_cpu_usage_seconds counter\n");
     for (_, pod, cpu, _) in kept {
