@@ -190,14 +190,16 @@ impl ContainerHistory {
         (slope > 0.0).then_some(my + slope * (last + 1.0 - mx))
     }
 
+    /// The kept daily peaks (window start, bytes), the open window's so far included.
+    fn kept_peaks(&self) -> impl Iterator<Item = (i64, f64)> + '_ {
+        let open = (self.window_peak > 0.0).then_some((self.window_start, self.window_peak));
+        self.recent_peaks.iter().copied().chain(open)
+    }
+
     /// The highest daily peak of windows starting at or after `since`, the open window
     /// included: exact, not rounded to a histogram bucket.
     fn highest_peak_since(&self, since: i64) -> Option<f64> {
-        let open = (self.window_peak > 0.0).then_some((self.window_start, self.window_peak));
-        self.recent_peaks
-            .iter()
-            .copied()
-            .chain(open)
+        self.kept_peaks()
             .filter(|(start, _)| *start + MEMORY_WINDOW_SECONDS > since)
             .map(|(_, peak)| peak)
             .reduce(f64::max)
@@ -207,11 +209,7 @@ impl ContainerHistory {
     /// `edge` when none is kept.
     fn exact_peak_in_bucket(&self, edge: f64) -> f64 {
         let lower = edge / Buckets::MEMORY.ratio;
-        let open = (self.window_peak > 0.0).then_some((self.window_start, self.window_peak));
-        self.recent_peaks
-            .iter()
-            .copied()
-            .chain(open)
+        self.kept_peaks()
             .map(|(_, peak)| peak)
             .filter(|peak| *peak > lower && *peak <= edge)
             .reduce(f64::max)

@@ -77,20 +77,17 @@ impl UsageSink for Usage {
     fn cpu(&mut self, key: &ContainerKey, samples: &[(i64, f64)]) {
         let c = self.containers.entry(key.clone()).or_default();
         c.cpu.extend_from_slice(samples);
-        c.cpu.sort_by_key(|s| s.0);
     }
 
     fn memory_peaks(&mut self, key: &ContainerKey, _interval: i64, peaks: &[(i64, f64)]) {
         let c = self.containers.entry(key.clone()).or_default();
         c.memory.extend_from_slice(peaks);
-        c.memory.sort_by_key(|s| s.0);
     }
 
     fn oom_kill(&mut self, key: &ContainerKey, at: i64, _interval: i64) {
         let c = self.containers.entry(key.clone()).or_default();
         if !c.oom_kills.contains(&at) {
             c.oom_kills.push(at);
-            c.oom_kills.sort_unstable();
         }
     }
 }
@@ -141,6 +138,12 @@ pub trait UsageSource: Send + Sync {
             let mut usage = Usage::default();
             let stats = self.read(query, &mut usage).await?;
             usage.queries = stats.queries;
+            // Answers arrive in any order: put each container's samples in time order once.
+            for c in usage.containers.values_mut() {
+                c.cpu.sort_by_key(|s| s.0);
+                c.memory.sort_by_key(|s| s.0);
+                c.oom_kills.sort_unstable();
+            }
             Ok(usage)
         }
     }

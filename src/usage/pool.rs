@@ -172,10 +172,6 @@ impl<'a> Pool<'a> {
         )
     }
 
-    fn hour(&self, t: i64) -> i64 {
-        self.start + (t - self.start).div_euclid(3600) * 3600
-    }
-
     /// Containers seen in the usage whose pod belongs to no workload of the snapshot.
     pub fn unmatched(&self) -> &BTreeSet<ContainerKey> {
         &self.unmatched
@@ -225,23 +221,22 @@ impl<'a> Pool<'a> {
     }
 }
 
+/// The start of the hour (counted from `start`) that `t` falls in.
+fn hour_of(start: i64, t: i64) -> i64 {
+    start + (t - start).div_euclid(3600) * 3600
+}
+
 impl UsageSink for Pool<'_> {
     fn cpu(&mut self, key: &ContainerKey, samples: &[(i64, f64)]) {
-        let after = self.after;
-        let keep = self.keep_hours;
-        let hours: Vec<i64> = if keep {
-            samples.iter().map(|(t, _)| self.hour(*t)).collect()
-        } else {
-            Vec::new()
-        };
+        let (after, keep, start) = (self.after, self.keep_hours, self.start);
         let Some(e) = self.entry(key) else { return };
-        for (i, (t, v)) in samples.iter().enumerate() {
+        for (t, v) in samples {
             if after.is_some_and(|a| *t <= a) {
                 continue;
             }
             e.history.add_cpu(*t, *v);
             if keep {
-                let h = e.hours.entry(hours[i]).or_default();
+                let h = e.hours.entry(hour_of(start, *t)).or_default();
                 h.cpu_sum += v;
                 h.cpu_n += 1;
                 h.cpu_max = h.cpu_max.max(*v);
@@ -250,18 +245,13 @@ impl UsageSink for Pool<'_> {
     }
 
     fn memory_peaks(&mut self, key: &ContainerKey, _interval: i64, peaks: &[(i64, f64)]) {
-        let keep = self.keep_hours;
-        let hours: Vec<i64> = if keep {
-            peaks.iter().map(|(t, _)| self.hour(*t)).collect()
-        } else {
-            Vec::new()
-        };
+        let (keep, start) = (self.keep_hours, self.start);
         let Some(e) = self.entry(key) else { return };
-        for (i, (t, v)) in peaks.iter().enumerate() {
+        for (t, v) in peaks {
             let p = e.peaks.entry(*t).or_insert(0.0);
             *p = p.max(*v);
             if keep {
-                let h = e.hours.entry(hours[i]).or_default();
+                let h = e.hours.entry(hour_of(start, *t)).or_default();
                 h.memory_max = h.memory_max.max(*v);
             }
         }
