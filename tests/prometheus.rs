@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bin::tailor;
-use prometheus_server::{free_port, start_prometheus};
+use prometheus_server::{free_port, start_prometheus, start_prometheus_with_auth};
 use tailor::usage::prometheus::{PrometheusSettings, PrometheusSource};
 use tailor::usage::{ContainerKey, UsageError, UsageQuery, UsageSource};
 
@@ -581,4 +581,105 @@ async fn csv_and_html_reports_hold_every_container() {
     assert_eq!(html.matches("<svg").count(), 4, "two charts per container");
     assert!(html.contains("recommended") && html.contains("hourly peak"));
     assert!(html.contains("StatefulSet/web"));
+}
+
+/// A bcrypt hash (cost 12) of `monitoreo2021`, for Prometheus' web config.
+const PASSWORD: &str = "monitoreo2021";
+const PASSWORD_HASH: &str = "$2b$12$Kvf88U2IcARZwSqI7x0JTO22i763bOvDQl/C7ZGUM2bnAvLUDrEQy";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_and_relabelled_series_are_read_with_their_flags() {
+    let f = fixture();
+    // The older cadvisor relabelling: the same series under other label names.
+    let relabelled = f
+        .openmetrics
+        .replace("{namespace=", "{kubernetes_namespace=")
+        .replace(",pod=", ",pod_name=")
+        .replace(",container=", ",container_name=");
+    let server =
+        start_prometheus_with_auth(&relabelled, Some(("tailor", PASSWORD, PASSWORD_HASH))).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(&snapshot, SNAPSHOT).expect("write snapshot");
+    let password = dir.path().join("password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).expect("write password");
+    let labels = [
+        "--prometheus-namespace-label",
+        "kubernetes_namespace",
+        "--prometheus-pod-label",
+        "pod_name",
+        "--prometheus-container-label",
+        "container_name",
+    ];
+
+    // Without credentials Prometheus refuses, and the error says where and why.
+    let (url, snap) = (server.url.clone(), snapshot.clone());
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        tailor(&[
+            "recommend",
+            "--prometheus-url",
+            &url,
+            "--snapshot",
+            snap.to_str().expect("utf-8"),
+        ])
+    })
+    .await
+    .expect("joined");
+    assert!(!ok);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains(&server.url) && stderr.contains("401"),
+        "{stderr}"
+    );
+
+    let mut extra = vec![
+        "--prometheus-basic-auth-user",
+        "tailor",
+        "--prometheus-basic-auth-password-file",
+        password.to_str().expect("utf-8"),
+        "-o",
+        "json",
+    ];
+    extra.extend(labels);
+    let json = recommend(&server.url, &snapshot, f.end, &extra).await;
+    let report: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let recs = report["recommendations"].as_array().expect("a list");
+    assert_eq!(recs.len(), 2, "{report}");
+    let web = recs
+        .iter()
+        .find(|r| r["workload"]["name"] == "web")
+        .expect("web");
+    // Same peak as under the standard labels: 540Mi plus 3%.
+    let memory = bytes(&web["recommended"]["requests"]["memory"]);
+    assert!(
+        memory >= 540.0 * MIB * 1.03 && memory <= 540.0 * MIB * 1.03 + MIB,
+        "{web}"
+    );
+    let worker = recs
+        .iter()
+        .find(|r| r["workload"]["name"] == "job-x")
+        .expect("job-x");
+    assert!(worker["reasons"].to_string().contains("OOM"), "{worker}");
+}
+
+#[test]
+fn a_bad_label_flag_is_rejected_naming_the_flag() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(&snapshot, SNAPSHOT).expect("write snapshot");
+    let (ok, stdout, stderr) = tailor(&[
+        "recommend",
+        "--prometheus-url",
+        "http://127.0.0.1:1",
+        "--snapshot",
+        snapshot.to_str().expect("utf-8"),
+        "--prometheus-pod-label",
+        "pod-name",
+    ]);
+    assert!(!ok);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("--prometheus-pod-label") && stderr.contains("pod-name"),
+        "{stderr}"
+    );
 }

@@ -14,7 +14,7 @@ use crate::report::Table;
 use crate::rightsizing::{Context, Policy, Prices, Requests, recommend};
 use crate::state::Snapshot;
 use crate::usage::pool::{Checkpoint, HourUsage, Pool};
-use crate::usage::prometheus::{PrometheusSettings, PrometheusSource};
+use crate::usage::prometheus::{LabelNames, PrometheusSettings, PrometheusSource};
 use crate::usage::workloads::{Workload, Workloads};
 use crate::usage::{UsageQuery, UsageSource};
 
@@ -46,6 +46,45 @@ pub struct RecommendArgs {
     /// File holding a bearer token for Prometheus.
     #[arg(long, env = "TAILOR_PROMETHEUS_BEARER_TOKEN_FILE")]
     pub prometheus_bearer_token_file: Option<PathBuf>,
+
+    /// User name for Prometheus basic auth (with `--prometheus-basic-auth-password-file`).
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_BASIC_AUTH_USER",
+        requires = "prometheus_basic_auth_password_file"
+    )]
+    pub prometheus_basic_auth_user: Option<String>,
+
+    /// File holding the password for Prometheus basic auth (a trailing newline is
+    /// ignored).
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE",
+        requires = "prometheus_basic_auth_user"
+    )]
+    pub prometheus_basic_auth_password_file: Option<PathBuf>,
+
+    /// Label naming the namespace on the container series (`kubernetes_namespace` where
+    /// cadvisor is scraped with the older relabelling).
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_NAMESPACE_LABEL",
+        default_value = "namespace"
+    )]
+    pub prometheus_namespace_label: String,
+
+    /// Label naming the pod on the container series (`pod_name` on older cadvisor).
+    #[arg(long, env = "TAILOR_PROMETHEUS_POD_LABEL", default_value = "pod")]
+    pub prometheus_pod_label: String,
+
+    /// Label naming the container on the container series (`container_name` on older
+    /// cadvisor).
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_CONTAINER_LABEL",
+        default_value = "container"
+    )]
+    pub prometheus_container_label: String,
 
     /// Extra header for Prometheus requests, `Name=value` (repeatable).
     #[arg(
@@ -241,6 +280,15 @@ fn duration_seconds(flag: &'static str, text: &str) -> Result<i64> {
         })
 }
 
+/// Whether `s` is a valid Prometheus label name.
+fn is_label_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 fn parse_quantity(
     v: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     cpu: bool,
@@ -296,6 +344,44 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
     settings.bearer_token_file = args.prometheus_bearer_token_file.clone();
     settings.ca_file = args.prometheus_ca_file.clone();
     settings.headers = headers;
+    if let (Some(user), Some(file)) = (
+        &args.prometheus_basic_auth_user,
+        &args.prometheus_basic_auth_password_file,
+    ) {
+        let password = std::fs::read_to_string(file).map_err(|e| CliError::InvalidFlag {
+            flag: "--prometheus-basic-auth-password-file",
+            reason: format!("{}: {e}", file.display()),
+        })?;
+        settings.basic_auth = Some((
+            user.clone(),
+            password.trim_end_matches(['\r', '\n']).to_string(),
+        ));
+    }
+    for (flag, value) in [
+        (
+            "--prometheus-namespace-label",
+            &args.prometheus_namespace_label,
+        ),
+        ("--prometheus-pod-label", &args.prometheus_pod_label),
+        (
+            "--prometheus-container-label",
+            &args.prometheus_container_label,
+        ),
+    ] {
+        if !is_label_name(value) {
+            return Err(CliError::InvalidFlag {
+                flag,
+                reason: format!(
+                    "{value:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"
+                ),
+            });
+        }
+    }
+    settings.labels = LabelNames {
+        namespace: args.prometheus_namespace_label.clone(),
+        pod: args.prometheus_pod_label.clone(),
+        container: args.prometheus_container_label.clone(),
+    };
     settings.timeout = Duration::from_secs(args.prometheus_timeout_seconds.max(1));
     settings.max_points_per_query = args.prometheus_max_points_per_query.max(1);
     settings.concurrency = args.prometheus_concurrency.max(1);

@@ -8,6 +8,8 @@
 //! rescaled) before the factors grow large. The state serialises, so an agent can save it
 //! and resume without re-reading history.
 
+use std::sync::OnceLock;
+
 use serde::{Deserialize, Serialize};
 
 /// Bucket layout: the first bucket's upper edge and the growth ratio.
@@ -36,9 +38,12 @@ impl Buckets {
         count: 237,
     };
 
-    /// The bucket a value falls in.
+    /// The bucket a value falls in: the first whose upper edge is at least `value`.
     pub fn index(&self, value: f64) -> usize {
-        self.index_with(value, 1.0 / self.ratio.ln())
+        match IndexTable::for_layout(self) {
+            Some(table) => table.index(value),
+            None => self.index_with(value, 1.0 / self.ratio.ln()),
+        }
     }
 
     /// [`Buckets::index`] with `1 / ln(ratio)` precomputed (the hot path).
@@ -57,8 +62,81 @@ impl Buckets {
     }
 }
 
-/// `1 / ln(1.05)`, the growth ratio of Tailor's bucket layouts.
-const INV_LN_RATIO_5_PERCENT: Option<f64> = Some(20.495_934_314_287_85);
+/// Sub-divisions of each power of two in an [`IndexTable`]: 64 cells of about 1.1% each,
+/// so a cell spans at most two 5% buckets.
+const CELLS_PER_OCTAVE: usize = 64;
+
+/// Finds a value's bucket without a logarithm: the value's binary exponent and top six
+/// mantissa bits pick a cell, the cell gives the first bucket that can hold its values,
+/// and at most a step or two along the exact edges finds the bucket. Built once for each
+/// of Tailor's layouts; the hot path of every CPU sample.
+#[derive(Debug)]
+struct IndexTable {
+    buckets: Buckets,
+    /// Upper edge of every bucket.
+    edges: Vec<f64>,
+    /// Binary exponent of the first cell.
+    first_exponent: i64,
+    /// Per cell, the first bucket whose upper edge reaches the cell's lower end.
+    start: Vec<u16>,
+}
+
+impl IndexTable {
+    fn new(buckets: Buckets) -> Self {
+        let edges: Vec<f64> = (0..buckets.count).map(|i| buckets.upper(i)).collect();
+        let exponent = |v: f64| ((v.to_bits() >> 52) & 0x7ff) as i64 - 1023;
+        let first_exponent = exponent(buckets.first);
+        let last = edges.last().copied().unwrap_or(buckets.first);
+        let cells = (exponent(last) - first_exponent + 1) as usize * CELLS_PER_OCTAVE;
+        let mut start = Vec::with_capacity(cells);
+        let mut j = 0usize;
+        for cell in 0..cells {
+            let octave = (cell / CELLS_PER_OCTAVE) as i32 + first_exponent as i32;
+            let low = 2f64.powi(octave) * (1.0 + (cell % CELLS_PER_OCTAVE) as f64 / 64.0);
+            while j + 1 < edges.len() && edges[j] < low {
+                j += 1;
+            }
+            start.push(j as u16);
+        }
+        IndexTable {
+            buckets,
+            edges,
+            first_exponent,
+            start,
+        }
+    }
+
+    /// The table for one of Tailor's layouts, `None` for any other.
+    fn for_layout(buckets: &Buckets) -> Option<&'static IndexTable> {
+        static CPU: OnceLock<IndexTable> = OnceLock::new();
+        static MEMORY: OnceLock<IndexTable> = OnceLock::new();
+        if *buckets == Buckets::CPU {
+            Some(CPU.get_or_init(|| IndexTable::new(Buckets::CPU)))
+        } else if *buckets == Buckets::MEMORY {
+            Some(MEMORY.get_or_init(|| IndexTable::new(Buckets::MEMORY)))
+        } else {
+            None
+        }
+    }
+
+    fn index(&self, value: f64) -> usize {
+        // NaN and everything up to the first edge (zero, negatives) go to bucket 0.
+        if value.is_nan() || value <= self.buckets.first {
+            return 0;
+        }
+        let bits = value.to_bits();
+        let octave = ((bits >> 52) & 0x7ff) as i64 - 1023 - self.first_exponent;
+        let cell = octave as usize * CELLS_PER_OCTAVE + ((bits >> 46) & 63) as usize;
+        let Some(&start) = self.start.get(cell) else {
+            return self.edges.len() - 1;
+        };
+        let mut j = usize::from(start);
+        while j + 1 < self.edges.len() && value > self.edges[j] {
+            j += 1;
+        }
+        j
+    }
+}
 
 /// Largest weight factor before the reference time moves forward (2^40).
 const MAX_FACTOR: f64 = 1.0e12;
@@ -79,6 +157,19 @@ pub struct DecayingHistogram {
     last: Option<(i64, f64)>,
     #[serde(skip)]
     spacing: Option<(i64, f64)>,
+    /// The fast bucket lookup of this layout, when it is one of Tailor's.
+    #[serde(skip)]
+    table: Lookup,
+}
+
+/// A histogram's cached [`IndexTable`]; derived data, so never part of equality.
+#[derive(Debug, Clone, Copy, Default)]
+struct Lookup(Option<&'static IndexTable>);
+
+impl PartialEq for Lookup {
+    fn eq(&self, _: &Lookup) -> bool {
+        true
+    }
 }
 
 impl DecayingHistogram {
@@ -92,6 +183,7 @@ impl DecayingHistogram {
             total: 0.0,
             last: None,
             spacing: None,
+            table: Lookup(IndexTable::for_layout(&buckets)),
         }
     }
 
@@ -122,12 +214,16 @@ impl DecayingHistogram {
         }
         self.last = Some((t, factor));
         let w = weight * factor;
-        let i = self.buckets.index_with(
-            value,
-            INV_LN_RATIO_5_PERCENT
-                .filter(|_| self.buckets.ratio == 1.05)
-                .unwrap_or_else(|| 1.0 / self.buckets.ratio.ln()),
-        );
+        if self.table.0.is_none() {
+            // Restored from a checkpoint (the table is not saved), or another layout.
+            self.table = Lookup(IndexTable::for_layout(&self.buckets));
+        }
+        let i = match self.table.0 {
+            Some(table) => table.index(value),
+            None => self
+                .buckets
+                .index_with(value, 1.0 / self.buckets.ratio.ln()),
+        };
         self.weights[i] += w;
         self.total += w;
     }
@@ -195,6 +291,34 @@ mod tests {
         let v = 3.7;
         let i = b.index(v);
         assert!(b.upper(i) >= v && b.upper(i - 1) < v);
+    }
+
+    #[test]
+    fn the_lookup_table_agrees_with_the_edges_everywhere() {
+        for b in [Buckets::CPU, Buckets::MEMORY] {
+            let table = IndexTable::new(b);
+            // Exactly on every edge, just above and just below it.
+            for i in 0..b.count {
+                let edge = b.upper(i);
+                assert_eq!(table.index(edge), i, "edge {i}");
+                if i + 1 < b.count {
+                    assert_eq!(table.index(edge * (1.0 + 1e-12)), i + 1, "above edge {i}");
+                }
+                assert_eq!(table.index(edge * (1.0 - 1e-12)), i, "below edge {i}");
+            }
+            // A dense sweep against the definition: the first edge at or above the value.
+            let mut v = b.first / 3.0;
+            while v < b.upper(b.count - 1) * 3.0 {
+                let expected = (0..b.count)
+                    .find(|&i| v <= b.upper(i))
+                    .unwrap_or(b.count - 1);
+                assert_eq!(table.index(v), expected, "{v}");
+                v *= 1.0037;
+            }
+            assert_eq!(table.index(f64::NAN), 0);
+            assert_eq!(table.index(-1.0), 0);
+            assert_eq!(table.index(f64::INFINITY), b.count - 1);
+        }
     }
 
     #[test]

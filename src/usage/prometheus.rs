@@ -512,10 +512,24 @@ impl PrometheusSource {
         let body: SeriesResponse = loop {
             let sent = self.http.post(&url).form(&form).send().await;
             let failed = match sent {
-                Ok(r) => match r.json::<SeriesResponse>().await {
-                    Ok(b) => break b,
-                    Err(e) => e.to_string(),
-                },
+                Ok(r) if matches!(r.status().as_u16(), 401 | 403) => {
+                    // Credentials do not get better by retrying.
+                    return Err(UsageError::Unavailable {
+                        url: self.settings.url.clone(),
+                        message: format!(
+                            "HTTP {} from {url}: check the bearer token or basic auth settings",
+                            r.status()
+                        ),
+                    });
+                }
+                Ok(r) => {
+                    let status = r.status();
+                    match r.json::<SeriesResponse>().await {
+                        Ok(b) => break b,
+                        Err(e) if status.is_success() => e.to_string(),
+                        Err(_) => format!("HTTP {status} from {url}"),
+                    }
+                }
                 Err(e) => e.to_string(),
             };
             if attempt >= self.settings.retries {

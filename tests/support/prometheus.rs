@@ -46,6 +46,16 @@ pub fn free_port() -> u16 {
 
 /// Backfills `openmetrics` with promtool and starts Prometheus over it, ready to query.
 pub async fn start_prometheus(openmetrics: &str) -> TestPrometheus {
+    start_prometheus_with_auth(openmetrics, None).await
+}
+
+/// [`start_prometheus`] behind basic auth: `auth` is the user, the password and its
+/// bcrypt hash (Prometheus' web config takes only the hash).
+#[allow(dead_code)] // not every test binary uses it
+pub async fn start_prometheus_with_auth(
+    openmetrics: &str,
+    auth: Option<(&str, &str, &str)>,
+) -> TestPrometheus {
     require("prometheus");
     require("promtool");
     let dir = tempfile::tempdir().expect("temp dir");
@@ -72,7 +82,14 @@ pub async fn start_prometheus(openmetrics: &str) -> TestPrometheus {
     )
     .expect("write config");
     let port = free_port();
-    let child = Command::new("prometheus")
+    let mut command = Command::new("prometheus");
+    if let Some((user, _, hash)) = auth {
+        let web = dir.path().join("web.yml");
+        std::fs::write(&web, format!("basic_auth_users:\n  {user}: '{hash}'\n"))
+            .expect("write web config");
+        command.arg(format!("--web.config.file={}", web.display()));
+    }
+    let child = command
         .arg(format!("--config.file={}", config.display()))
         .arg(format!("--storage.tsdb.path={}", data.display()))
         .arg("--storage.tsdb.retention.time=3650d")
@@ -91,11 +108,11 @@ pub async fn start_prometheus(openmetrics: &str) -> TestPrometheus {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let ready = client
-            .get(format!("{}/-/ready", server.url))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
+        let mut request = client.get(format!("{}/-/ready", server.url));
+        if let Some((user, password, _)) = auth {
+            request = request.basic_auth(user, Some(password));
+        }
+        let ready = request.send().await.is_ok_and(|r| r.status().is_success());
         if ready {
             break;
         }
