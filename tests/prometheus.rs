@@ -652,7 +652,7 @@ async fn basic_auth_and_relabelled_series_are_read_with_their_flags() {
     // Same peak as under the standard labels: 540Mi plus 3%.
     let memory = bytes(&web["recommended"]["requests"]["memory"]);
     assert!(
-        memory >= 540.0 * MIB * 1.03 && memory <= 540.0 * MIB * 1.03 + MIB,
+        (540.0 * MIB * 1.03..=540.0 * MIB * 1.03 + MIB).contains(&memory),
         "{web}"
     );
     let worker = recs
