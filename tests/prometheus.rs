@@ -2,6 +2,8 @@
 //! Prometheus usage source must return what was written, per container, and fail clearly
 //! when Prometheus is not there.
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 #[path = "support/bin.rs"]
 mod bin;
 #[path = "support/prometheus.rs"]
@@ -12,6 +14,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use apiserver::{Fake, FakeApiServer, objects_from_yaml};
 use bin::tailor;
 use prometheus_server::{free_port, start_prometheus, start_prometheus_with_auth};
 use tailor::usage::prometheus::{PrometheusSettings, PrometheusSource};
@@ -681,5 +684,55 @@ fn a_bad_label_flag_is_rejected_naming_the_flag() {
     assert!(
         stderr.contains("--prometheus-pod-label") && stderr.contains("pod-name"),
         "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recommend_from_a_live_cluster_agrees_with_the_same_objects_in_a_file() {
+    let f = fixture();
+    let server = start_prometheus(&f.openmetrics).await;
+    let api = FakeApiServer::start(Fake {
+        objects: objects_from_yaml(SNAPSHOT),
+        crds: true,
+        page_size: 1,
+        ..Fake::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(&snapshot, SNAPSHOT).expect("write snapshot");
+    let kubeconfig = api.kubeconfig(dir.path());
+    let from_file = recommend(&server.url, &snapshot, f.end, &["-o", "json"]).await;
+    let now = jiff::Timestamp::from_second(f.end)
+        .expect("valid")
+        .to_string();
+    let url = server.url.clone();
+    let (ok, from_cluster, stderr) = tokio::task::spawn_blocking(move || {
+        tailor(&[
+            "recommend",
+            "--prometheus-url",
+            &url,
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf-8"),
+            "--history",
+            "2d",
+            "--now",
+            &now,
+            "-o",
+            "json",
+        ])
+    })
+    .await
+    .expect("joined");
+    assert!(ok, "{stderr}");
+    let file: serde_json::Value = serde_json::from_str(&from_file).expect("JSON");
+    let cluster: serde_json::Value = serde_json::from_str(&from_cluster).expect("JSON");
+    assert_eq!(cluster["recommendations"], file["recommendations"]);
+    assert_eq!(cluster["recommendations"].as_array().map(Vec::len), Some(2));
+    // The policy came from the cluster too: the RightsizingPolicy was listed.
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r.starts_with("/apis/tailor.sh/v1alpha1/rightsizingpolicies"))
     );
 }

@@ -128,6 +128,59 @@ pub struct SnapshotArgs {
     pub paths: Vec<PathBuf>,
 }
 
+/// Where a command reads the cluster's objects: snapshot files or a live cluster.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterSourceArgs {
+    /// Snapshot files or directories (YAML as `kubectl get -o yaml` writes it); repeat to
+    /// merge several.
+    #[arg(
+        long = "snapshot",
+        short = 's',
+        env = "TAILOR_SNAPSHOT",
+        value_delimiter = ',',
+        required_unless_present = "kubeconfig",
+        conflicts_with = "kubeconfig"
+    )]
+    pub paths: Vec<PathBuf>,
+
+    /// Read the objects from a live cluster: this kubeconfig FILE, or without a value the
+    /// usual lookup ($KUBECONFIG, ~/.kube/config, then the in-cluster service account).
+    #[arg(
+        long,
+        env = "TAILOR_KUBECONFIG",
+        num_args = 0..=1,
+        default_missing_value = "",
+        value_name = "FILE"
+    )]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use (default: the current one).
+    #[arg(long, env = "TAILOR_CONTEXT", requires = "kubeconfig")]
+    pub context: Option<String>,
+}
+
+impl ClusterSourceArgs {
+    /// Loads the snapshot files, or lists `kinds` from the cluster (in `namespaces`, or
+    /// everywhere when empty).
+    pub async fn load(
+        &self,
+        namespaces: &[String],
+        kinds: &[crate::state::cluster::Kind],
+    ) -> Result<crate::state::Snapshot> {
+        use crate::state::{Snapshot, cluster};
+        let Some(kubeconfig) = &self.kubeconfig else {
+            return Snapshot::load(&self.paths).map_err(|e| CliError::Input(e.to_string()));
+        };
+        let file = Some(kubeconfig.as_path()).filter(|p| !p.as_os_str().is_empty());
+        let (client, server) = cluster::client(file, self.context.as_deref())
+            .await
+            .map_err(|e| CliError::Input(e.to_string()))?;
+        cluster::read(&client, &server, namespaces, kinds)
+            .await
+            .map_err(|e| CliError::Input(e.to_string()))
+    }
+}
+
 /// The output format of a command that reports.
 #[derive(Debug, Clone, Copy, Args)]
 pub struct OutputArgs {

@@ -8,11 +8,11 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 
-use super::{CatalogSourceArgs, CliError, Result, SnapshotArgs};
+use super::{CatalogSourceArgs, CliError, ClusterSourceArgs, Result};
 use crate::model::quantity::{self, format_milli, format_value};
 use crate::report::Table;
 use crate::rightsizing::{Context, Policy, Prices, Requests, recommend};
-use crate::state::Snapshot;
+use crate::state::{Snapshot, cluster};
 use crate::usage::pool::{Checkpoint, HourUsage, Pool};
 use crate::usage::prometheus::{LabelNames, PrometheusSettings, PrometheusSource};
 use crate::usage::workloads::{Workload, Workloads};
@@ -102,11 +102,12 @@ pub struct RecommendArgs {
     #[arg(long, env = "TAILOR_PROMETHEUS_TIMEOUT_SECONDS", default_value_t = 30)]
     pub prometheus_timeout_seconds: u64,
 
-    /// The cluster snapshot.
+    /// The cluster: snapshot files or a live cluster.
     #[command(flatten)]
-    pub snapshot: SnapshotArgs,
+    pub cluster: ClusterSourceArgs,
 
-    /// Only these namespaces (repeatable); default: every namespace in the snapshot.
+    /// Only these namespaces (repeatable); default: every namespace in the snapshot or
+    /// cluster.
     #[arg(
         long = "namespace",
         short = 'n',
@@ -304,8 +305,13 @@ fn parse_quantity(
 
 /// Reads usage and builds the report.
 pub async fn report(args: &RecommendArgs) -> Result<Report> {
-    let snapshot =
-        Snapshot::load(&args.snapshot.paths).map_err(|e| CliError::Input(e.to_string()))?;
+    let snapshot = args
+        .cluster
+        .load(&args.namespaces, cluster::RIGHTSIZING)
+        .await?;
+    for warning in &snapshot.warnings {
+        tracing::warn!("{warning}");
+    }
     let workloads = Workloads::from_snapshot(&snapshot);
     let history = duration_seconds("--history", &args.history)?;
     let step = duration_seconds("--step", &args.step)?.max(1);

@@ -4,6 +4,7 @@
 //! A [`Snapshot`] can come from YAML files (what `kubectl get -o yaml` writes, or a
 //! hand-written scenario) and, in a cluster, from reflector stores.
 
+pub mod cluster;
 pub mod snapshot;
 
 pub use snapshot::{Snapshot, SnapshotError};

@@ -214,6 +214,26 @@ impl Snapshot {
         Ok(snapshot)
     }
 
+    /// Builds a snapshot from objects read elsewhere (e.g. listed from the API server),
+    /// validated like file documents; `source` and each object's label name it in errors.
+    pub fn from_objects(
+        source: &str,
+        objects: impl IntoIterator<Item = (String, serde_yaml::Value)>,
+    ) -> Result<Self> {
+        let mut snapshot = Snapshot::default();
+        for (index, value) in objects {
+            snapshot.add_document(
+                Origin {
+                    file: source,
+                    index,
+                },
+                value,
+            )?;
+        }
+        snapshot.expand_workloads();
+        Ok(snapshot)
+    }
+
     fn add_document(&mut self, origin: Origin<'_>, value: serde_yaml::Value) -> Result<()> {
         let kind = value
             .get("kind")
