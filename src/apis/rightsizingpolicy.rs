@@ -125,7 +125,7 @@ fn default_cpu_margin() -> f64 {
     0.1
 }
 fn default_memory_margin() -> f64 {
-    0.03
+    0.04
 }
 fn default_burst_percentile() -> Option<f64> {
     Some(0.99)
@@ -271,7 +271,7 @@ pub struct MemoryPolicy {
     #[serde(default = "default_peak_days")]
     #[schemars(range(min = 0, max = 14))]
     pub peak_days: u32,
-    /// Headroom on top of the computed memory request (0.03: 3% more). Small, because the
+    /// Headroom on top of the computed memory request (0.04: 4% more). Small, because the
     /// request already covers the highest daily peak of `peakDays`.
     #[serde(default = "default_memory_margin")]
     #[schemars(range(min = 0.0, max = 10.0))]
@@ -480,7 +480,7 @@ mod tests {
         assert_eq!(spec.cpu.burst_percentile, Some(0.99));
         assert_eq!(spec.cpu.safety_margin_fraction, 0.1);
         assert_eq!(spec.memory.peak_days, 7);
-        assert_eq!(spec.memory.safety_margin_fraction, 0.03);
+        assert_eq!(spec.memory.safety_margin_fraction, 0.04);
         assert_eq!(spec.cpu.lower_percentile, 0.5);
         assert_eq!(spec.cpu.upper_percentile, 0.95);
         assert_eq!(spec.memory.percentile, 0.9);

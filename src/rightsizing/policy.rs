@@ -84,7 +84,7 @@ impl Default for Policy {
             cpu_bounds: (None, None),
             memory_bounds: (None, None),
             cpu_margin: 0.1,
-            memory_margin: 0.03,
+            memory_margin: 0.04,
             history_window: 14 * 86_400,
             minimum_history: 86_400,
             half_life: 86_400,
