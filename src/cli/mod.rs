@@ -41,7 +41,8 @@ pub enum Command {
     /// in Prometheus, with the monthly cost effect. Changes nothing.
     Recommend(Box<recommend::RecommendArgs>),
     /// Plan a cluster snapshot's pending pods: placements on existing nodes, the cheapest
-    /// new nodes that fit the rest, and pods that cannot land with the reason.
+    /// new nodes that fit the rest, and pods that cannot land with the reason. With
+    /// `--disruption`, the nodes it would remove or replace now, with their savings.
     Simulate(simulate::SimulateArgs),
 }
 

@@ -6,6 +6,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::{CatalogSourceArgs, CliError, OutputArgs, Result, SnapshotArgs};
+use crate::disruption;
 use crate::model::quantity::{display_bytes, display_cores, parse_milli, parse_value};
 use crate::report::Table;
 use crate::scheduling::{self, Input, Options, Plan};
@@ -27,9 +28,151 @@ pub struct SimulateArgs {
     #[arg(long, env = "TAILOR_GREEDY")]
     pub greedy: bool,
 
+    /// Evaluate the existing nodes for disruption (expiration, empty, drift, multi- and
+    /// single-node consolidation) and print the decisions that would be taken now, with
+    /// their savings and the pods they move. Changes nothing.
+    #[arg(long, env = "TAILOR_DISRUPTION")]
+    pub disruption: bool,
+
+    /// Evaluation time for `--disruption` (RFC 3339); default: now.
+    #[arg(long, env = "TAILOR_NOW")]
+    pub now: Option<String>,
+
+    /// A consolidation must save at least this share of the replaced nodes' price.
+    #[arg(long, env = "TAILOR_MIN_SAVINGS_FRACTION", default_value_t = 0.05)]
+    pub min_savings_fraction: f64,
+
+    /// ... and at least this many USD per hour.
+    #[arg(long, env = "TAILOR_MIN_SAVINGS_PER_HOUR", default_value_t = 0.01)]
+    pub min_savings_per_hour: f64,
+
+    /// Allow replacing a spot node by a cheaper spot node (when enough cheaper spot sizes
+    /// fit, see `--spot-to-spot-min-alternatives`).
+    #[arg(long, env = "TAILOR_SPOT_TO_SPOT")]
+    pub spot_to_spot: bool,
+
+    /// Cheaper spot sizes that must fit before a spot node is replaced by spot.
+    #[arg(
+        long,
+        env = "TAILOR_SPOT_TO_SPOT_MIN_ALTERNATIVES",
+        default_value_t = 15
+    )]
+    pub spot_to_spot_min_alternatives: usize,
+
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// Loads the snapshot and catalog and evaluates the existing nodes for disruption.
+pub fn disruption(args: &SimulateArgs) -> Result<(disruption::Report, Vec<String>)> {
+    let now = match &args.now {
+        Some(t) => t
+            .parse::<jiff::Timestamp>()
+            .map_err(|e| CliError::InvalidFlag {
+                flag: "--now",
+                reason: format!("{t:?}: {e}"),
+            })?
+            .as_second(),
+        None => jiff::Timestamp::now().as_second(),
+    };
+    if !(0.0..1.0).contains(&args.min_savings_fraction) {
+        return Err(CliError::InvalidFlag {
+            flag: "--min-savings-fraction",
+            reason: format!("{} is outside 0..1", args.min_savings_fraction),
+        });
+    }
+    if !args.min_savings_per_hour.is_finite() || args.min_savings_per_hour < 0.0 {
+        return Err(CliError::InvalidFlag {
+            flag: "--min-savings-per-hour",
+            reason: format!("{} is not a non-negative number", args.min_savings_per_hour),
+        });
+    }
+    let snapshot =
+        Snapshot::load(&args.snapshot.paths).map_err(|e| CliError::Input(e.to_string()))?;
+    let (catalog, options) = args.source.clone().load()?;
+    catalog.instance_types(&options)?;
+    let types_for = |settings: &crate::model::NodeSettings| {
+        let mut o = options.clone();
+        o.node = crate::model::NodeSettings {
+            overhead_model: settings.overhead_model,
+            max_pods: settings.max_pods,
+            os_disk_gib: settings.os_disk_gib,
+            ..o.node
+        };
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let cluster = disruption::Cluster::from_snapshot(&snapshot, &types_for, now)
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let settings = disruption::Settings {
+        min_savings_fraction: args.min_savings_fraction,
+        min_savings_per_hour: args.min_savings_per_hour,
+        spot_to_spot: args.spot_to_spot,
+        spot_to_spot_min_alternatives: args.spot_to_spot_min_alternatives,
+        ..disruption::Settings::default()
+    };
+    Ok((disruption::evaluate(&cluster, &settings), snapshot.warnings))
+}
+
+/// Renders disruption decisions for a terminal.
+pub fn disruption_table(report: &disruption::Report) -> String {
+    let mut out = String::new();
+    if !report.decisions.is_empty() {
+        let mut t = Table::new([
+            "METHOD",
+            "NODES",
+            "REPLACEMENTS",
+            "SAVES $/HOUR",
+            "PODS MOVED",
+            "REASON",
+        ])
+        .align_right(&[3, 4]);
+        for d in &report.decisions {
+            let method = serde_json::to_value(d.method)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            t.row([
+                method,
+                d.nodes.join(","),
+                d.replacements
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} {} {} ${:.4}",
+                            r.instance_type, r.zone, r.capacity_type, r.price_per_hour
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                format!("{:.4}", d.savings_per_hour),
+                d.pods_moved.len().to_string(),
+                d.reason.clone(),
+            ]);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+    }
+    if !report.blocked.is_empty() {
+        let mut t = Table::new(["LEFT ALONE", "WHY"]);
+        for b in &report.blocked {
+            t.row([b.node.clone(), b.reason.clone()]);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+    }
+    let s = &report.summary;
+    out.push_str(&format!(
+        "{} decision(s): {} -> {} nodes, ${:.4} -> ${:.4}/hour (${:.2}/month saved), {} pod(s) evicted.\n",
+        report.decisions.len(),
+        s.nodes_before,
+        s.nodes_after,
+        s.hourly_cost_before,
+        s.hourly_cost_after,
+        (s.hourly_cost_before - s.hourly_cost_after) * 730.0,
+        s.evictions
+    ));
+    out
 }
 
 /// Loads the snapshot and catalog and plans.
@@ -153,6 +296,16 @@ pub fn table(plan: &Plan) -> String {
 
 /// Runs `tailor simulate`.
 pub fn run(args: SimulateArgs, out: &mut dyn Write) -> Result<()> {
+    if args.disruption {
+        let (report, warnings) = disruption(&args)?;
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        let text = crate::report::render(args.output.output, &report, disruption_table)
+            .map_err(CliError::Encode)?;
+        out.write_all(text.as_bytes())?;
+        return Ok(());
+    }
     let (plan, warnings) = plan(&args)?;
     for w in &warnings {
         tracing::warn!("{w}");

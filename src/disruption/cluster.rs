@@ -1,0 +1,388 @@
+//! What disruption decides over: the scheduler's [`Input`] plus, per node, what it costs,
+//! which NodePool owns it, how old it is and what protects it; per pod, whether it may be
+//! evicted. Built from a snapshot; pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::apis::{ConsolidationPolicy, NodePool, labels};
+use crate::model::{CapacityType, InstanceType, NodeSettings};
+use crate::scheduling::pod::{Selector, selector};
+use crate::scheduling::{Input, InputError};
+use crate::state::Snapshot;
+
+/// One NodePool's disruption rules, parsed.
+#[derive(Debug, Clone)]
+pub struct PoolRules {
+    /// Consolidate only empty nodes, or also underutilised ones.
+    pub policy: ConsolidationPolicy,
+    /// Seconds a node must go without pod changes before consolidation; `None`: never.
+    pub consolidate_after: Option<i64>,
+    /// Budgets: (nodes, reasons it limits; empty = all). Only budgets active now.
+    pub budgets: Vec<(
+        crate::apis::nodepool::BudgetNodes,
+        Vec<crate::apis::DisruptionReason>,
+    )>,
+    /// Hash of the pool's node template; a NodeClaim made from another has drifted.
+    pub template_hash: String,
+    /// Node lifetime in seconds; `None`: never expires.
+    pub expire_after: Option<i64>,
+}
+
+/// What disruption knows about one existing node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeMeta {
+    /// The owning NodePool, if Tailor manages the node.
+    pub pool: Option<String>,
+    /// VM size.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: Option<CapacityType>,
+    /// USD per hour, when the catalog prices it.
+    pub price_per_hour: Option<f64>,
+    /// Creation time, unix seconds.
+    pub created: Option<i64>,
+    /// Last time a pod arrived or left, unix seconds (consolidateAfter counts from here).
+    pub last_pod_event: Option<i64>,
+    /// Annotated `do-not-disrupt`.
+    pub do_not_disrupt: bool,
+    /// Why it has drifted, if it has.
+    pub drifted: Option<String>,
+}
+
+/// A PodDisruptionBudget as disruption uses it.
+#[derive(Debug, Clone)]
+pub struct Pdb {
+    /// `namespace/name`.
+    pub key: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Pod selector.
+    pub selector: Selector,
+    /// Evictions it allows now.
+    pub allowed: i64,
+}
+
+/// The cluster as disruption sees it.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// The scheduler's input (pending pods, nodes with their pods, pools, DaemonSets).
+    pub input: Input,
+    /// Per node of `input.nodes`, same order.
+    pub nodes: Vec<NodeMeta>,
+    /// Pods annotated `do-not-disrupt` (`namespace/name`).
+    pub do_not_disrupt: std::collections::BTreeSet<String>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<Pdb>,
+    /// Per NodePool name.
+    pub rules: BTreeMap<String, PoolRules>,
+    /// Evaluation time, unix seconds.
+    pub now: i64,
+}
+
+/// Why the cluster could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The scheduler's input failed.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// A NodePool's disruption settings are invalid.
+    #[error("nodepool {pool}: {field}: {message}")]
+    Pool {
+        /// The NodePool.
+        pool: String,
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A PodDisruptionBudget is invalid.
+    #[error("poddisruptionbudget {pdb}: {message}")]
+    Pdb {
+        /// `namespace/name`.
+        pdb: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn annotated(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.is_some_and(|a| {
+        [labels::DO_NOT_DISRUPT, labels::KARPENTER_DO_NOT_DISRUPT]
+            .iter()
+            .any(|k| a.get(*k).is_some_and(|v| v == "true"))
+    })
+}
+
+fn label<'a>(l: &'a BTreeMap<String, String>, canonical: &str) -> Option<&'a str> {
+    l.iter()
+        .find(|(k, _)| labels::canonical_key(k) == canonical)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A stable hash (FNV-1a, 64 bits, hex) of a NodePool's node template: NodeClaims carry
+/// it in `tailor.sh/nodepool-hash`, and a claim whose hash differs has drifted.
+pub fn template_hash(pool: &NodePool) -> String {
+    let text = serde_json::to_string(&pool.spec.template).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn seconds(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
+    t.0.as_second()
+}
+
+/// Whether a budget's window (cron `schedule` in UTC, then `duration`) contains `now`.
+fn budget_active(b: &crate::apis::nodepool::Budget, now: i64) -> Result<bool, String> {
+    let (Some(schedule), Some(window)) = (&b.schedule, b.window().map_err(|e| e.to_string())?)
+    else {
+        return Ok(true);
+    };
+    let cron: croner::Cron = schedule.parse().map_err(|e| format!("{schedule:?}: {e}"))?;
+    let at = chrono::DateTime::from_timestamp(now, 0)
+        .ok_or_else(|| format!("time {now} out of range"))?;
+    // Active when the latest window opened at or before now and has not closed yet.
+    match cron.find_previous_occurrence(&at, true) {
+        Ok(start) => Ok(now - start.timestamp() < window.as_secs()),
+        Err(_) => Ok(false),
+    }
+}
+
+fn pool_rules(np: &NodePool, now: i64) -> Result<PoolRules, ClusterError> {
+    let pool = np.metadata.name.clone().unwrap_or_default();
+    let err = |field: &'static str, message: String| ClusterError::Pool {
+        pool: pool.clone(),
+        field,
+        message,
+    };
+    let d = &np.spec.disruption;
+    let consolidate_after = d
+        .consolidate_after()
+        .map_err(|e| err("spec.disruption.consolidateAfter", e.to_string()))?
+        .map(|s| s.as_secs());
+    let mut budgets = Vec::new();
+    for b in &d.budgets {
+        let nodes = b
+            .nodes()
+            .map_err(|e| err("spec.disruption.budgets.nodes", e.to_string()))?;
+        if budget_active(b, now).map_err(|e| err("spec.disruption.budgets.schedule", e))? {
+            budgets.push((nodes, b.reasons.clone().unwrap_or_default()));
+        }
+    }
+    let expire_after =
+        crate::apis::duration::parse_duration_or_never(&np.spec.template.spec.expire_after)
+            .map_err(|e| err("spec.template.spec.expireAfter", e.to_string()))?
+            .map(|s| s.as_secs());
+    Ok(PoolRules {
+        policy: d.consolidation_policy,
+        consolidate_after,
+        budgets,
+        template_hash: template_hash(np),
+        expire_after,
+    })
+}
+
+fn pdb(p: &PodDisruptionBudget, pods: &[Pod]) -> Result<Pdb, ClusterError> {
+    let namespace = p
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let key = format!("{namespace}/{}", p.metadata.name.as_deref().unwrap_or(""));
+    let spec = p.spec.clone().unwrap_or_default();
+    let sel = selector(spec.selector.as_ref()).map_err(|e| ClusterError::Pdb {
+        pdb: key.clone(),
+        message: format!("spec.selector: {e}"),
+    })?;
+    let allowed = match p.status.as_ref() {
+        // The disruption controller's own count, when the snapshot carries it.
+        Some(s) if s.observed_generation.is_some() || s.expected_pods > 0 => {
+            i64::from(s.disruptions_allowed)
+        }
+        _ => {
+            let matching = pods
+                .iter()
+                .filter(|pod| pod.metadata.namespace.as_deref().unwrap_or("default") == namespace)
+                .filter(|pod| {
+                    sel.matches(&pod.metadata.labels.clone().unwrap_or_default())
+                        && pod.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+                })
+                .count() as i64;
+            let resolve = |v: &IntOrString, round_up: bool| -> Result<i64, ClusterError> {
+                match v {
+                    IntOrString::Int(i) => Ok(i64::from(*i)),
+                    IntOrString::String(s) => {
+                        let pct: f64 = s
+                            .strip_suffix('%')
+                            .and_then(|n| n.parse().ok())
+                            .ok_or_else(|| ClusterError::Pdb {
+                                pdb: key.clone(),
+                                message: format!("{s:?} is neither a count nor a percentage"),
+                            })?;
+                        let x = pct / 100.0 * matching as f64;
+                        Ok(if round_up { x.ceil() } else { x.floor() } as i64)
+                    }
+                }
+            };
+            match (&spec.max_unavailable, &spec.min_available) {
+                (Some(max), _) => resolve(max, true)?,
+                (None, Some(min)) => matching - resolve(min, true)?,
+                (None, None) => matching,
+            }
+        }
+    };
+    Ok(Pdb {
+        key,
+        namespace,
+        selector: sel,
+        allowed: allowed.max(0),
+    })
+}
+
+impl Cluster {
+    /// Builds the view of `snapshot` at `now` (unix seconds).
+    pub fn from_snapshot(
+        snapshot: &Snapshot,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+        now: i64,
+    ) -> Result<Self, ClusterError> {
+        let input = Input::from_snapshot(snapshot, instance_types)?;
+        let mut rules = BTreeMap::new();
+        for np in &snapshot.node_pools {
+            rules.insert(
+                np.metadata.name.clone().unwrap_or_default(),
+                pool_rules(np, now)?,
+            );
+        }
+        let claims: BTreeMap<&str, &crate::apis::NodeClaim> = snapshot
+            .node_claims
+            .iter()
+            .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
+            .collect();
+        let objects: BTreeMap<&str, &k8s_openapi::api::core::v1::Node> = snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+            .collect();
+        let pod_starts: BTreeMap<String, i64> = snapshot
+            .pods
+            .iter()
+            .filter_map(|p| {
+                let start = p.status.as_ref()?.start_time.as_ref().map(seconds)?;
+                Some((p.spec.as_ref()?.node_name.clone()?, start))
+            })
+            .fold(BTreeMap::new(), |mut m, (n, t)| {
+                let e = m.entry(n).or_insert(t);
+                *e = (*e).max(t);
+                m
+            });
+        let mut nodes = Vec::with_capacity(input.nodes.len());
+        for n in &input.nodes {
+            let object = objects.get(n.name.as_str());
+            let claim = claims.get(n.name.as_str());
+            let pool = label(&n.labels, labels::NODE_POOL).map(str::to_string);
+            let instance_type = label(&n.labels, labels::INSTANCE_TYPE)
+                .unwrap_or_default()
+                .to_string();
+            let zone = label(&n.labels, labels::ZONE)
+                .unwrap_or_default()
+                .to_string();
+            let capacity_type = match label(&n.labels, labels::CAPACITY_TYPE) {
+                Some(labels::CAPACITY_TYPE_SPOT) => Some(CapacityType::Spot),
+                Some(labels::CAPACITY_TYPE_ON_DEMAND) => Some(CapacityType::OnDemand),
+                _ => None,
+            };
+            let price_per_hour = input
+                .pools
+                .iter()
+                .filter(|p| pool.as_deref().is_none_or(|name| name == p.name))
+                .flat_map(|p| p.instance_types.iter())
+                .find(|t| t.name == instance_type)
+                .and_then(|t| {
+                    t.offerings
+                        .iter()
+                        .find(|o| o.zone == zone && Some(o.capacity_type) == capacity_type)
+                        .or_else(|| {
+                            t.offerings
+                                .iter()
+                                .find(|o| Some(o.capacity_type) == capacity_type)
+                        })
+                })
+                .map(|o| o.price_per_hour);
+            let created = object
+                .and_then(|o| o.metadata.creation_timestamp.as_ref())
+                .or_else(|| claim.and_then(|c| c.metadata.creation_timestamp.as_ref()))
+                .map(seconds);
+            let last_pod_event = claim
+                .and_then(|c| c.status.as_ref()?.last_pod_event_time.as_ref())
+                .map(seconds)
+                .or_else(|| pod_starts.get(&n.name).copied())
+                .or(created);
+            let do_not_disrupt = annotated(object.and_then(|o| o.metadata.annotations.as_ref()))
+                || annotated(claim.and_then(|c| c.metadata.annotations.as_ref()));
+            let drifted = claim.and_then(|c| {
+                let status = c.status.as_ref();
+                if status.is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|k| k.type_ == "Drifted" && k.status == "True")
+                }) {
+                    return Some("NodeClaim is marked Drifted".to_string());
+                }
+                let have = c
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get(labels::NODE_POOL_HASH)?;
+                let want = &rules.get(pool.as_deref()?)?.template_hash;
+                (have != want)
+                    .then(|| format!("NodePool template changed (hash {have}, now {want})"))
+            });
+            nodes.push(NodeMeta {
+                pool,
+                instance_type,
+                zone,
+                capacity_type,
+                price_per_hour,
+                created,
+                last_pod_event,
+                do_not_disrupt,
+                drifted,
+            });
+        }
+        let do_not_disrupt = snapshot
+            .pods
+            .iter()
+            .filter(|p| annotated(p.metadata.annotations.as_ref()))
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        let pdbs = snapshot
+            .pod_disruption_budgets
+            .iter()
+            .map(|p| pdb(p, &snapshot.pods))
+            .collect::<Result<_, _>>()?;
+        Ok(Cluster {
+            input,
+            nodes,
+            do_not_disrupt,
+            pdbs,
+            rules,
+            now,
+        })
+    }
+}

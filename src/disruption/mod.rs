@@ -1,0 +1,830 @@
+//! Disruption: which nodes to take away, and what to buy instead, so the cluster costs
+//! less without leaving a pod behind. Pure decisions over a [`Cluster`].
+//!
+//! Methods run in Karpenter's order — expiration (forceful), empty nodes, drift,
+//! multi-node consolidation, single-node consolidation — and every consolidation is
+//! proven by the scheduling simulator: the displaced pods land on the remaining nodes
+//! plus at most one new, cheaper node. Beyond Karpenter, a consolidation must save at
+//! least a share of what it replaces and a floor in $/hour, so the cluster does not churn
+//! for pennies, and every decision carries its saving and the pods it moves.
+//!
+//! [`evaluate`] answers "what would be done now"; decisions are applied to a working copy
+//! in turn (and counted against budgets), so later decisions see earlier ones.
+
+pub mod cluster;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+pub use cluster::{Cluster, ClusterError, NodeMeta};
+
+use crate::apis::{ConsolidationPolicy, DisruptionReason, labels};
+use crate::model::CapacityType;
+use crate::scheduling::{self, ExistingNode, Input, Options, PodInfo};
+
+/// How a decision disrupts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Nodes with no pods but DaemonSet pods.
+    Empty,
+    /// Nodes whose NodePool template changed since they were made.
+    Drift,
+    /// Several nodes removed, or replaced by one cheaper node.
+    Multi,
+    /// One node removed or replaced by a cheaper one.
+    Single,
+    /// Nodes older than `expireAfter` (forceful: budgets and do-not-disrupt do not stop it).
+    Expiration,
+}
+
+impl Method {
+    fn reason(self) -> Option<DisruptionReason> {
+        match self {
+            Method::Empty => Some(DisruptionReason::Empty),
+            Method::Drift => Some(DisruptionReason::Drifted),
+            Method::Multi | Method::Single => Some(DisruptionReason::Underutilized),
+            Method::Expiration => None,
+        }
+    }
+}
+
+/// A node bought to replace disrupted ones.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacement {
+    /// VM size.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// USD per hour.
+    pub price_per_hour: f64,
+    /// Its NodePool.
+    pub node_pool: String,
+}
+
+/// One disruption.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// How.
+    pub method: Method,
+    /// Nodes taken away.
+    pub nodes: Vec<String>,
+    /// Nodes bought first (launched and ready before the old ones are drained).
+    pub replacements: Vec<Replacement>,
+    /// USD per hour saved (negative for drift or expiration that costs more).
+    pub savings_per_hour: f64,
+    /// Pods evicted (`namespace/name`), DaemonSet pods excluded.
+    pub pods_moved: Vec<String>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// A node that will not be disrupted, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Blocked {
+    /// Node name.
+    pub node: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Totals.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// USD per hour of the priced nodes now.
+    pub hourly_cost_before: f64,
+    /// USD per hour after every decision.
+    pub hourly_cost_after: f64,
+    /// Nodes now.
+    pub nodes_before: usize,
+    /// Nodes after every decision.
+    pub nodes_after: usize,
+    /// Pods evicted by all decisions.
+    pub evictions: usize,
+}
+
+/// What disruption would do now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// Decisions, in the order they would be taken.
+    pub decisions: Vec<Decision>,
+    /// Nodes left alone, with the reason.
+    pub blocked: Vec<Blocked>,
+    /// Totals.
+    pub summary: Summary,
+}
+
+/// Tunables beyond the NodePools' own rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// A consolidation must save at least this share of the replaced nodes' price.
+    pub min_savings_fraction: f64,
+    /// ... and at least this many USD per hour.
+    pub min_savings_per_hour: f64,
+    /// Whether a spot node may be replaced by a cheaper spot node.
+    pub spot_to_spot: bool,
+    /// Spot-to-spot needs at least this many cheaper spot sizes that fit (so the new node
+    /// is not the next to be interrupted).
+    pub spot_to_spot_min_alternatives: usize,
+    /// Most nodes one multi-node consolidation considers.
+    pub max_multi_nodes: usize,
+    /// Apply decisions to a working copy and keep going (`evaluate`'s "everything now");
+    /// false stops after the first decision.
+    pub all: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            min_savings_fraction: 0.05,
+            min_savings_per_hour: 0.01,
+            spot_to_spot: false,
+            spot_to_spot_min_alternatives: 15,
+            max_multi_nodes: 100,
+            all: true,
+        }
+    }
+}
+
+/// The working copy a pass decides over.
+struct Work<'a> {
+    cluster: &'a Cluster,
+    settings: &'a Settings,
+    nodes: Vec<ExistingNode>,
+    meta: Vec<NodeMeta>,
+    /// Nodes made by this pass (replacements): not candidates.
+    fresh: BTreeSet<String>,
+    /// Nodes that received pending pods in this pass.
+    chosen: BTreeSet<String>,
+    /// Disruptions counted per (pool, reason) against budgets.
+    disrupted: BTreeMap<String, usize>,
+    /// Pool sizes at the start, for percentage budgets.
+    pool_sizes: BTreeMap<String, usize>,
+    /// PDB evictions used so far.
+    pdb_used: BTreeMap<String, i64>,
+    /// Nodes found blocked and why (first reason wins).
+    blocked: BTreeMap<String, String>,
+    replacements_made: usize,
+}
+
+/// A consolidation that passed the simulator.
+struct Proven {
+    nodes: Vec<usize>,
+    plan: scheduling::Plan,
+    savings: f64,
+}
+
+fn is_daemon(p: &PodInfo) -> bool {
+    p.owner
+        .as_deref()
+        .is_some_and(|o| o.starts_with("DaemonSet/"))
+}
+
+fn movable(n: &ExistingNode) -> impl Iterator<Item = &PodInfo> {
+    n.pods.iter().filter(|p| !is_daemon(p))
+}
+
+/// What disruption would do at `cluster.now`.
+pub fn evaluate(cluster: &Cluster, settings: &Settings) -> Report {
+    let mut w = Work {
+        cluster,
+        settings,
+        nodes: cluster.input.nodes.clone(),
+        meta: cluster.nodes.clone(),
+        fresh: BTreeSet::new(),
+        chosen: BTreeSet::new(),
+        disrupted: BTreeMap::new(),
+        pool_sizes: BTreeMap::new(),
+        pdb_used: BTreeMap::new(),
+        blocked: BTreeMap::new(),
+        replacements_made: 0,
+    };
+    for m in &w.meta {
+        if let Some(p) = &m.pool {
+            *w.pool_sizes.entry(p.clone()).or_default() += 1;
+        }
+    }
+    let before = w.cost();
+    let nodes_before = w.nodes.len();
+    w.place_pending();
+    let mut decisions = Vec::new();
+    loop {
+        // Reasons are those of the last round: the one that found nothing more to do.
+        w.blocked.clear();
+        let next = w
+            .expiration()
+            .or_else(|| w.empty())
+            .or_else(|| w.drift())
+            .or_else(|| w.multi())
+            .or_else(|| w.single());
+        match next {
+            Some(d) => decisions.push(d),
+            None => break,
+        }
+        if !settings.all {
+            break;
+        }
+    }
+    let decided: BTreeSet<&str> = decisions
+        .iter()
+        .flat_map(|d| d.nodes.iter().map(String::as_str))
+        .collect();
+    let blocked = w
+        .blocked
+        .iter()
+        .filter(|(n, _)| !decided.contains(n.as_str()))
+        .map(|(node, reason)| Blocked {
+            node: node.clone(),
+            reason: reason.clone(),
+        })
+        .collect();
+    Report {
+        summary: Summary {
+            hourly_cost_before: round4(before),
+            hourly_cost_after: round4(w.cost()),
+            nodes_before,
+            nodes_after: w.nodes.len(),
+            evictions: decisions.iter().map(|d| d.pods_moved.len()).sum(),
+        },
+        decisions,
+        blocked,
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+impl Work<'_> {
+    fn cost(&self) -> f64 {
+        self.meta.iter().filter_map(|m| m.price_per_hour).sum()
+    }
+
+    fn block(&mut self, i: usize, reason: String) {
+        self.blocked
+            .entry(self.nodes[i].name.clone())
+            .or_insert(reason);
+    }
+
+    /// Pending pods go first: nodes they land on are not disrupted in this pass.
+    fn place_pending(&mut self) {
+        if self.cluster.input.pending.is_empty() {
+            return;
+        }
+        let input = Input {
+            pending: self.cluster.input.pending.clone(),
+            nodes: self.nodes.clone(),
+            pools: self.pools(&[]),
+            daemon_sets: self.cluster.input.daemon_sets.clone(),
+        };
+        let plan = scheduling::schedule(&input, &Options::default());
+        for e in &plan.existing_nodes {
+            self.chosen.insert(e.node.clone());
+        }
+    }
+
+    /// The pools with what they own now, `without` the given nodes.
+    fn pools(&self, without: &[usize]) -> Vec<scheduling::Pool> {
+        let mut pools = self.cluster.input.pools.clone();
+        for pool in &mut pools {
+            pool.in_use = crate::model::Resources::default();
+            pool.nodes_in_use = 0;
+            for (i, n) in self.nodes.iter().enumerate() {
+                if without.contains(&i) || self.meta[i].pool.as_deref() != Some(&pool.name) {
+                    continue;
+                }
+                pool.nodes_in_use += 1;
+                pool.in_use = pool
+                    .in_use
+                    .checked_add(&n.allocatable)
+                    .unwrap_or_else(|_| pool.in_use.clone());
+            }
+        }
+        pools
+    }
+
+    /// Budget room left for `pool` and `method` (expiration is not budgeted).
+    fn budget_left(&self, pool: &str, method: Method) -> usize {
+        let Some(reason) = method.reason() else {
+            return usize::MAX;
+        };
+        let Some(rules) = self.cluster.rules.get(pool) else {
+            return usize::MAX;
+        };
+        let size = self.pool_sizes.get(pool).copied().unwrap_or(0);
+        let allowed = rules
+            .budgets
+            .iter()
+            .filter(|(_, reasons)| reasons.is_empty() || reasons.contains(&reason))
+            .map(|(nodes, _)| nodes.allowed(size))
+            .min()
+            .unwrap_or(usize::MAX);
+        allowed.saturating_sub(self.disrupted.get(pool).copied().unwrap_or(0))
+    }
+
+    /// Why node `i` may not be disrupted by `method`, if it may not.
+    fn guard(&self, i: usize, method: Method) -> Option<String> {
+        let n = &self.nodes[i];
+        let m = &self.meta[i];
+        let Some(pool) = m.pool.as_deref() else {
+            return Some("not owned by a NodePool".to_string());
+        };
+        if self.fresh.contains(&n.name) {
+            return Some("launched by this pass".to_string());
+        }
+        if method == Method::Expiration {
+            return None;
+        }
+        if m.do_not_disrupt {
+            return Some("node is annotated do-not-disrupt".to_string());
+        }
+        if self.chosen.contains(&n.name) {
+            return Some("chosen for pending pods in this pass".to_string());
+        }
+        if let Some(p) = movable(n).find(|p| self.cluster.do_not_disrupt.contains(&p.key)) {
+            return Some(format!("pod {} is annotated do-not-disrupt", p.key));
+        }
+        for p in movable(n) {
+            for pdb in &self.cluster.pdbs {
+                if pdb.namespace == p.namespace
+                    && pdb.selector.matches(&p.labels)
+                    && pdb.allowed - self.pdb_used.get(&pdb.key).copied().unwrap_or(0) <= 0
+                {
+                    return Some(format!(
+                        "PodDisruptionBudget {} allows no eviction of pod {}",
+                        pdb.key, p.key
+                    ));
+                }
+            }
+        }
+        if matches!(method, Method::Empty | Method::Multi | Method::Single) {
+            let rules = self.cluster.rules.get(pool);
+            match rules.map(|r| r.consolidate_after) {
+                Some(None) => return Some("consolidateAfter is Never".to_string()),
+                Some(Some(after)) => {
+                    let since = m.last_pod_event.unwrap_or(i64::MIN / 2);
+                    if self.cluster.now - since < after {
+                        return Some(format!(
+                            "pods changed {}s ago, consolidateAfter is {after}s",
+                            self.cluster.now - since
+                        ));
+                    }
+                }
+                None => {}
+            }
+            if matches!(method, Method::Multi | Method::Single)
+                && rules.is_some_and(|r| r.policy == ConsolidationPolicy::WhenEmpty)
+            {
+                return Some("consolidationPolicy is WhenEmpty and the node has pods".to_string());
+            }
+        }
+        if m.price_per_hour.is_none() && method != Method::Drift {
+            return Some(format!(
+                "no price for {} {} in {}",
+                m.instance_type,
+                m.capacity_type.map_or("", |c| c.as_str()),
+                m.zone
+            ));
+        }
+        if self.budget_left(pool, method) == 0 {
+            return Some(format!("disruption budget of NodePool {pool} is used up"));
+        }
+        None
+    }
+
+    /// Whether evicting all movable pods of `set` stays within every PDB.
+    fn pdbs_allow(&self, set: &[usize]) -> bool {
+        let mut used = self.pdb_used.clone();
+        for &i in set {
+            for p in movable(&self.nodes[i]) {
+                for pdb in &self.cluster.pdbs {
+                    if pdb.namespace == p.namespace && pdb.selector.matches(&p.labels) {
+                        let u = used.entry(pdb.key.clone()).or_default();
+                        *u += 1;
+                        if *u > pdb.allowed {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Simulates removing `set`: its movable pods must land on the remaining nodes and at
+    /// most `max_new` new nodes.
+    fn simulate(&self, set: &[usize], max_new: usize) -> Result<scheduling::Plan, String> {
+        let pending: Vec<PodInfo> = set
+            .iter()
+            .flat_map(|&i| movable(&self.nodes[i]).cloned())
+            .map(|mut p| {
+                p.node_name = None;
+                p
+            })
+            .collect();
+        let nodes: Vec<ExistingNode> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !set.contains(i))
+            .map(|(_, n)| n.clone())
+            .collect();
+        let input = Input {
+            pending,
+            nodes,
+            pools: self.pools(set),
+            daemon_sets: self.cluster.input.daemon_sets.clone(),
+        };
+        let plan = scheduling::schedule(
+            &input,
+            &Options {
+                name_prefix: format!("replacement-{}-", self.replacements_made),
+                ..Options::default()
+            },
+        );
+        if let Some(u) = plan.unschedulable.first() {
+            return Err(format!(
+                "pod {} would not fit elsewhere: {}",
+                u.pod, u.reason
+            ));
+        }
+        if plan.node_claims.len() > max_new {
+            return Err(format!(
+                "its pods need {} new nodes",
+                plan.node_claims.len()
+            ));
+        }
+        Ok(plan)
+    }
+
+    /// Proves a consolidation of `set`: pods fit, the saving clears the threshold, spot
+    /// rules hold.
+    fn prove(&self, set: &[usize]) -> Result<Proven, String> {
+        if !self.pdbs_allow(set) {
+            return Err("evictions would exceed a PodDisruptionBudget".to_string());
+        }
+        let plan = self.simulate(set, 1)?;
+        let price: f64 = set
+            .iter()
+            .filter_map(|&i| self.meta[i].price_per_hour)
+            .sum();
+        let new: f64 = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
+        let savings = price - new;
+        let needed =
+            (price * self.settings.min_savings_fraction).max(self.settings.min_savings_per_hour);
+        if savings < needed {
+            return Err(format!(
+                "saving ${savings:.4}/hour is below the threshold ${needed:.4}/hour"
+            ));
+        }
+        if let Some(claim) = plan.node_claims.first()
+            && claim.capacity_type == CapacityType::Spot
+            && set
+                .iter()
+                .all(|&i| self.meta[i].capacity_type == Some(CapacityType::Spot))
+        {
+            if !self.settings.spot_to_spot {
+                return Err("spot-to-spot replacement is off".to_string());
+            }
+            if claim.alternatives.len() + 1 < self.settings.spot_to_spot_min_alternatives {
+                return Err(format!(
+                    "only {} spot sizes fit, {} needed for spot-to-spot replacement",
+                    claim.alternatives.len() + 1,
+                    self.settings.spot_to_spot_min_alternatives
+                ));
+            }
+        }
+        Ok(Proven {
+            nodes: set.to_vec(),
+            plan,
+            savings,
+        })
+    }
+
+    /// Applies a decision to the working copy and describes it.
+    fn apply(
+        &mut self,
+        method: Method,
+        set: &[usize],
+        plan: &scheduling::Plan,
+        reason: String,
+    ) -> Decision {
+        let price: f64 = set
+            .iter()
+            .filter_map(|&i| self.meta[i].price_per_hour)
+            .sum();
+        let mut pods_moved: Vec<String> = set
+            .iter()
+            .flat_map(|&i| movable(&self.nodes[i]).map(|p| p.key.clone()))
+            .collect();
+        pods_moved.sort();
+        for &i in set {
+            for p in movable(&self.nodes[i]) {
+                for pdb in &self.cluster.pdbs {
+                    if pdb.namespace == p.namespace && pdb.selector.matches(&p.labels) {
+                        *self.pdb_used.entry(pdb.key.clone()).or_default() += 1;
+                    }
+                }
+            }
+            if let Some(pool) = &self.meta[i].pool {
+                *self.disrupted.entry(pool.clone()).or_default() += 1;
+            }
+        }
+        let names: Vec<String> = set.iter().map(|&i| self.nodes[i].name.clone()).collect();
+        // Displaced pods: to the nodes the plan chose.
+        let displaced: BTreeMap<String, PodInfo> = set
+            .iter()
+            .flat_map(|&i| movable(&self.nodes[i]).cloned())
+            .map(|p| (p.key.clone(), p))
+            .collect();
+        let mut keep: Vec<bool> = (0..self.nodes.len()).map(|i| !set.contains(&i)).collect();
+        let mut nodes = Vec::new();
+        let mut meta = Vec::new();
+        for (i, n) in std::mem::take(&mut self.nodes).into_iter().enumerate() {
+            if keep[i] {
+                nodes.push(n);
+                meta.push(self.meta[i].clone());
+            }
+        }
+        keep.clear();
+        for placement in &plan.existing_nodes {
+            if let Some(n) = nodes.iter_mut().find(|n| n.name == placement.node) {
+                for key in &placement.pods {
+                    if let Some(p) = displaced.get(key) {
+                        let mut p = p.clone();
+                        p.node_name = Some(n.name.clone());
+                        n.pods.push(p);
+                    }
+                }
+            }
+        }
+        let mut replacements = Vec::new();
+        for claim in &plan.node_claims {
+            let allocatable = self
+                .cluster
+                .input
+                .pools
+                .iter()
+                .find(|p| p.name == claim.node_pool)
+                .and_then(|p| {
+                    p.instance_types
+                        .iter()
+                        .find(|t| t.name == claim.instance_type)
+                })
+                .map(|t| t.allocatable.clone())
+                .unwrap_or_default();
+            let name = format!("{}-{}", claim.node_pool, claim.name);
+            let pods = claim
+                .pods
+                .iter()
+                .filter_map(|k| displaced.get(k))
+                .map(|p| {
+                    let mut p = p.clone();
+                    p.node_name = Some(name.clone());
+                    p
+                })
+                .collect();
+            let mut node_labels = claim.labels.clone();
+            node_labels.insert(labels::HOSTNAME.to_string(), name.clone());
+            let taints = self
+                .cluster
+                .input
+                .pools
+                .iter()
+                .find(|p| p.name == claim.node_pool)
+                .map(|p| p.taints.clone())
+                .unwrap_or_default();
+            nodes.push(ExistingNode {
+                name: name.clone(),
+                labels: node_labels,
+                taints,
+                allocatable,
+                pods,
+                unschedulable: false,
+            });
+            meta.push(NodeMeta {
+                pool: Some(claim.node_pool.clone()),
+                instance_type: claim.instance_type.clone(),
+                zone: claim.zone.clone(),
+                capacity_type: Some(claim.capacity_type),
+                price_per_hour: Some(claim.price_per_hour),
+                created: Some(self.cluster.now),
+                last_pod_event: Some(self.cluster.now),
+                do_not_disrupt: false,
+                drifted: None,
+            });
+            self.fresh.insert(name);
+            replacements.push(Replacement {
+                instance_type: claim.instance_type.clone(),
+                zone: claim.zone.clone(),
+                capacity_type: claim.capacity_type,
+                price_per_hour: claim.price_per_hour,
+                node_pool: claim.node_pool.clone(),
+            });
+        }
+        self.replacements_made += 1;
+        self.nodes = nodes;
+        self.meta = meta;
+        let new: f64 = replacements.iter().map(|r| r.price_per_hour).sum();
+        Decision {
+            method,
+            nodes: names,
+            replacements,
+            savings_per_hour: round4(price - new),
+            pods_moved,
+            reason,
+        }
+    }
+
+    /// Indices of nodes `method` may touch; the others are recorded as blocked.
+    fn candidates(&mut self, method: Method) -> Vec<usize> {
+        let mut out = Vec::new();
+        for i in 0..self.nodes.len() {
+            match self.guard(i, method) {
+                None => out.push(i),
+                Some(why) => {
+                    if !self.fresh.contains(&self.nodes[i].name) {
+                        self.block(i, why);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn expiration(&mut self) -> Option<Decision> {
+        let now = self.cluster.now;
+        let expired: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                let m = &self.meta[i];
+                let Some(rules) = m.pool.as_deref().and_then(|p| self.cluster.rules.get(p)) else {
+                    return false;
+                };
+                matches!((rules.expire_after, m.created), (Some(life), Some(c)) if now - c >= life)
+                    && self.guard(i, Method::Expiration).is_none()
+            })
+            .collect();
+        let &first = expired.first()?;
+        // Forceful: pods go wherever the provisioner puts them, any number of new nodes.
+        let plan = match self.simulate(&[first], usize::MAX) {
+            Ok(p) => p,
+            Err(why) => {
+                // Expiration does not wait for room; it reports what will be pending.
+                tracing::debug!(node = %self.nodes[first].name, %why, "expiring anyway");
+                scheduling::Plan::default()
+            }
+        };
+        let age = self.meta[first].created.map_or(0, |c| now - c);
+        Some(self.apply(
+            Method::Expiration,
+            &[first],
+            &plan,
+            format!("node is {}h old, past expireAfter", age / 3600),
+        ))
+    }
+
+    fn empty(&mut self) -> Option<Decision> {
+        let candidates = self.candidates(Method::Empty);
+        let mut set = Vec::new();
+        let mut per_pool: BTreeMap<String, usize> = BTreeMap::new();
+        for i in candidates {
+            if movable(&self.nodes[i]).next().is_some() {
+                continue;
+            }
+            let pool = self.meta[i].pool.clone().unwrap_or_default();
+            let used = per_pool.entry(pool.clone()).or_default();
+            if *used < self.budget_left(&pool, Method::Empty) {
+                *used += 1;
+                set.push(i);
+            } else {
+                self.block(
+                    i,
+                    format!("disruption budget of NodePool {pool} is used up"),
+                );
+            }
+        }
+        if set.is_empty() {
+            return None;
+        }
+        let n = set.len();
+        Some(self.apply(
+            Method::Empty,
+            &set,
+            &scheduling::Plan::default(),
+            format!("{n} node(s) run only DaemonSet pods"),
+        ))
+    }
+
+    fn drift(&mut self) -> Option<Decision> {
+        let candidates = self.candidates(Method::Drift);
+        for i in candidates {
+            let Some(why) = self.meta[i].drifted.clone() else {
+                continue;
+            };
+            if !self.pdbs_allow(&[i]) {
+                self.block(
+                    i,
+                    "evictions would exceed a PodDisruptionBudget".to_string(),
+                );
+                continue;
+            }
+            match self.simulate(&[i], usize::MAX) {
+                Ok(plan) => return Some(self.apply(Method::Drift, &[i], &plan, why)),
+                Err(e) => self.block(i, format!("drifted, but {e}")),
+            }
+        }
+        None
+    }
+
+    /// Candidates for consolidation, cheapest to disrupt first: fewest pods, then the
+    /// most expensive node (the biggest saving for the same disruption).
+    fn consolidation_order(&mut self, method: Method) -> Vec<usize> {
+        let mut c: Vec<usize> = self
+            .candidates(method)
+            .into_iter()
+            .filter(|&i| movable(&self.nodes[i]).next().is_some())
+            .collect();
+        c.sort_by(|&a, &b| {
+            let pods = |i: usize| movable(&self.nodes[i]).count();
+            pods(a).cmp(&pods(b)).then_with(|| {
+                let p = |i: usize| self.meta[i].price_per_hour.unwrap_or(0.0);
+                p(b).total_cmp(&p(a))
+            })
+        });
+        c
+    }
+
+    fn multi(&mut self) -> Option<Decision> {
+        let order = self.consolidation_order(Method::Multi);
+        let mut pool_room: BTreeMap<String, usize> = BTreeMap::new();
+        let mut eligible = Vec::new();
+        for i in order {
+            let pool = self.meta[i].pool.clone().unwrap_or_default();
+            let room = pool_room
+                .entry(pool.clone())
+                .or_insert_with(|| self.budget_left(&pool, Method::Multi));
+            if *room > 0 {
+                *room -= 1;
+                eligible.push(i);
+            }
+            if eligible.len() >= self.settings.max_multi_nodes {
+                break;
+            }
+        }
+        if eligible.len() < 2 {
+            return None;
+        }
+        // Binary search for the longest prefix that consolidates.
+        let (mut lo, mut hi) = (2usize, eligible.len());
+        let mut best: Option<Proven> = None;
+        while lo <= hi {
+            let mid = (lo + hi) / 2;
+            match self.prove(&eligible[..mid]) {
+                Ok(p) => {
+                    best = Some(p);
+                    lo = mid + 1;
+                }
+                Err(_) => hi = mid - 1,
+            }
+        }
+        let p = best?;
+        let reason = format!(
+            "{} nodes' pods fit on the rest{}, saving ${:.4}/hour",
+            p.nodes.len(),
+            if p.plan.node_claims.is_empty() {
+                ""
+            } else {
+                " and one cheaper node"
+            },
+            p.savings
+        );
+        Some(self.apply(Method::Multi, &p.nodes, &p.plan, reason))
+    }
+
+    fn single(&mut self) -> Option<Decision> {
+        let order = self.consolidation_order(Method::Single);
+        for i in order {
+            match self.prove(&[i]) {
+                Ok(p) => {
+                    let reason = if p.plan.node_claims.is_empty() {
+                        "its pods fit on the other nodes".to_string()
+                    } else {
+                        format!(
+                            "replaced by a cheaper {}",
+                            p.plan.node_claims[0].instance_type
+                        )
+                    };
+                    return Some(self.apply(Method::Single, &p.nodes, &p.plan, reason));
+                }
+                Err(why) => self.block(i, why),
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,374 @@
+//! Disruption scenarios: each method and each guard, decided over snapshots priced with
+//! the built-in eastus catalog, and the command's JSON shape.
+
+#[path = "support/bin.rs"]
+mod bin;
+
+use bin::tailor;
+use tailor::catalog::{Catalog, CatalogOptions};
+use tailor::disruption::{self, Cluster, Method, Report, Settings};
+use tailor::model::NodeSettings;
+use tailor::state::Snapshot;
+
+/// 2026-11-30T12:00:00Z.
+const NOW: i64 = 1_796_040_000;
+
+const POOL: &str = "
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: karpenter.azure.com/sku-family, operator: In, values: [D]}
+      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+      expireAfter: 720h
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 5m
+    budgets: [{nodes: '100%'}]
+";
+
+/// A D4s_v5 node in the default pool, created `age_h` hours before NOW.
+fn node(name: &str, age_h: i64, annotations: &str) -> String {
+    let created = jiff::Timestamp::from_second(NOW - age_h * 3600).expect("valid");
+    format!(
+        "---
+apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  creationTimestamp: '{created}'
+  annotations: {{{annotations}}}
+  labels: {{tailor.sh/nodepool: default, node.kubernetes.io/instance-type: Standard_D4s_v5, topology.kubernetes.io/zone: eastus-1, karpenter.sh/capacity-type: on-demand, kubernetes.io/arch: amd64, kubernetes.io/os: linux, karpenter.azure.com/sku-family: D}}
+status:
+  allocatable: {{cpu: 3860m, memory: 11Gi, pods: '110'}}
+"
+    )
+}
+
+/// A running pod of Deployment `app` on `node`, started an hour before NOW.
+fn pod(name: &str, node: &str, cpu: &str, annotations: &str) -> String {
+    let started = jiff::Timestamp::from_second(NOW - 3600).expect("valid");
+    format!(
+        "---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: shop
+  labels: {{app: web}}
+  annotations: {{{annotations}}}
+  ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d8f, uid: u1, controller: true}}]
+spec:
+  nodeName: {node}
+  containers:
+  - {{name: app, image: shop/web, resources: {{requests: {{cpu: {cpu}, memory: 512Mi}}}}}}
+status: {{phase: Running, startTime: '{started}'}}
+"
+    )
+}
+
+fn evaluate_with(yaml: &str, settings: &Settings) -> Report {
+    let snapshot = Snapshot::from_yaml("scenario.yaml", yaml).expect("scenario parses");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |s: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = s.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    disruption::evaluate(&cluster, settings)
+}
+
+fn evaluate(yaml: &str) -> Report {
+    evaluate_with(yaml, &Settings::default())
+}
+
+fn blocked<'a>(r: &'a Report, node: &str) -> &'a str {
+    r.blocked
+        .iter()
+        .find(|b| b.node == node)
+        .map_or("", |b| b.reason.as_str())
+}
+
+#[test]
+fn an_empty_node_is_deleted_and_its_price_saved() {
+    let yaml = format!(
+        "{POOL}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "3", "")
+    );
+    // Replacing `a` by a D4as_v6 would save $0.01/hour, 5.2%: not worth it at 10%.
+    let settings = Settings {
+        min_savings_fraction: 0.1,
+        ..Settings::default()
+    };
+    let r = evaluate_with(&yaml, &settings);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    let d = &r.decisions[0];
+    assert_eq!(d.method, Method::Empty);
+    assert_eq!(d.nodes, ["b"]);
+    assert!(d.pods_moved.is_empty());
+    assert!((d.savings_per_hour - 0.192).abs() < 1e-9);
+    assert!((r.summary.hourly_cost_before - 0.384).abs() < 1e-9);
+    assert!((r.summary.hourly_cost_after - 0.192).abs() < 1e-9);
+    assert!(blocked(&r, "a").contains("below the threshold"), "{r:#?}");
+    // At the default 5% that replacement clears the bar, and is taken after the deletion.
+    let r = evaluate(&yaml);
+    assert_eq!(r.decisions[0].method, Method::Empty);
+    assert_eq!(r.decisions[1].method, Method::Single);
+    assert_eq!(
+        r.decisions[1].replacements[0].instance_type,
+        "Standard_D4as_v6"
+    );
+}
+
+#[test]
+fn two_half_empty_nodes_become_one() {
+    let yaml = format!(
+        "{POOL}{}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "1500m", ""),
+        pod("web-2", "b", "1500m", "")
+    );
+    let r = evaluate(&yaml);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    let d = &r.decisions[0];
+    assert_eq!(d.method, Method::Single);
+    assert_eq!(d.pods_moved.len(), 1);
+    assert!(d.replacements.is_empty());
+    assert_eq!(r.summary.nodes_after, 1);
+    assert_eq!(r.summary.evictions, 1);
+}
+
+#[test]
+fn several_light_nodes_are_consolidated_together() {
+    // Four nodes at 0.9 cores each: all fit on one D4s_v5 (3.86 allocatable).
+    let mut yaml = POOL.to_string();
+    for i in 0..4 {
+        yaml.push_str(&node(&format!("n{i}"), 10, ""));
+        yaml.push_str(&pod(&format!("web-{i}"), &format!("n{i}"), "900m", ""));
+    }
+    let r = evaluate(&yaml);
+    assert_eq!(r.decisions[0].method, Method::Multi, "{r:#?}");
+    assert_eq!(r.summary.nodes_after, 1, "{r:#?}");
+    assert!((r.summary.hourly_cost_after - 0.192).abs() < 1e-9, "{r:#?}");
+}
+
+#[test]
+fn a_big_node_is_replaced_by_a_cheaper_one_that_holds_its_pods() {
+    let yaml = format!(
+        "{POOL}{}{}",
+        node("a", 10, ""),
+        pod("web-1", "a", "500m", "")
+    );
+    let r = evaluate(&yaml);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    let d = &r.decisions[0];
+    assert_eq!(d.method, Method::Single);
+    assert_eq!(d.replacements.len(), 1);
+    assert!(d.replacements[0].price_per_hour < 0.192);
+    assert!(d.savings_per_hour >= 0.192 * 0.05);
+}
+
+#[test]
+fn do_not_disrupt_on_the_node_or_a_pod_blocks_it() {
+    for (node_ann, pod_ann, why) in [
+        (
+            "tailor.sh/do-not-disrupt: 'true'",
+            "",
+            "node is annotated do-not-disrupt",
+        ),
+        (
+            "",
+            "karpenter.sh/do-not-disrupt: 'true'",
+            "pod shop/web-2 is annotated",
+        ),
+    ] {
+        let yaml = format!(
+            "{POOL}{}{}{}{}",
+            node("a", 10, ""),
+            node("b", 10, node_ann),
+            pod("web-1", "a", "3", ""),
+            pod("web-2", "b", "100m", pod_ann)
+        );
+        let r = evaluate(&yaml);
+        assert!(
+            r.decisions
+                .iter()
+                .all(|d| !d.nodes.contains(&"b".to_string())),
+            "{r:#?}"
+        );
+        assert!(blocked(&r, "b").contains(why), "{r:#?}");
+    }
+}
+
+#[test]
+fn a_pdb_that_allows_no_eviction_blocks_the_node() {
+    let pdb = "---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: shop}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: web}}
+";
+    let yaml = format!(
+        "{POOL}{}{}{}{}{pdb}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "1", ""),
+        pod("web-2", "b", "1", "")
+    );
+    let r = evaluate(&yaml);
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    assert!(
+        blocked(&r, "a").contains("PodDisruptionBudget shop/web"),
+        "{r:#?}"
+    );
+    // With room for one eviction, one node goes.
+    let r = evaluate(&yaml.replace("minAvailable: 2", "minAvailable: 1"));
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    assert_eq!(r.summary.evictions, 1);
+}
+
+#[test]
+fn a_saving_below_the_threshold_is_not_worth_the_churn() {
+    let yaml = format!(
+        "{POOL}{}{}",
+        node("a", 10, ""),
+        pod("web-1", "a", "500m", "")
+    );
+    let strict = Settings {
+        min_savings_per_hour: 1.0,
+        ..Settings::default()
+    };
+    let r = evaluate_with(&yaml, &strict);
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    assert!(blocked(&r, "a").contains("below the threshold"), "{r:#?}");
+}
+
+#[test]
+fn recent_pod_changes_wait_for_consolidate_after() {
+    let yaml = format!(
+        "{POOL}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "3", "")
+    )
+    .replace("consolidateAfter: 5m", "consolidateAfter: 2h");
+    let r = evaluate(&yaml);
+    // The empty node has been quiet for 10 hours; the busy one saw a pod an hour ago.
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    assert_eq!(r.decisions[0].nodes, ["b"]);
+    assert!(blocked(&r, "a").contains("consolidateAfter"), "{r:#?}");
+}
+
+#[test]
+fn budgets_cap_disruptions_and_a_scheduled_budget_applies_only_in_its_window() {
+    let mut yaml = POOL.replace("budgets: [{nodes: '100%'}]", "budgets: [{nodes: '1'}]");
+    for i in 0..3 {
+        yaml.push_str(&node(&format!("e{i}"), 10, ""));
+    }
+    let r = evaluate(&yaml);
+    assert_eq!(r.summary.nodes_after, 2, "one at a time: {r:#?}");
+    // A zero budget from 12:00 for an hour, every day: blocks at 12:00 UTC (NOW).
+    let windowed = POOL.replace(
+        "budgets: [{nodes: '100%'}]",
+        "budgets: [{nodes: '0', schedule: '0 12 * * *', duration: 1h}, {nodes: '100%'}]",
+    );
+    let mut yaml = windowed.clone();
+    for i in 0..3 {
+        yaml.push_str(&node(&format!("e{i}"), 10, ""));
+    }
+    let r = evaluate(&yaml);
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    assert!(blocked(&r, "e0").contains("budget"), "{r:#?}");
+    // Outside the window (from 13:00) all three go.
+    let r = evaluate(&yaml.replace("'0 12 * * *'", "'0 13 * * *'"));
+    assert_eq!(r.summary.nodes_after, 0, "{r:#?}");
+}
+
+#[test]
+fn an_old_node_expires_even_when_annotated() {
+    let yaml = format!(
+        "{POOL}{}{}{}",
+        node("old", 800, "tailor.sh/do-not-disrupt: 'true'"),
+        node("b", 10, ""),
+        pod("web-1", "old", "3", "")
+    );
+    let r = evaluate(&yaml);
+    let d = &r.decisions[0];
+    assert_eq!(d.method, Method::Expiration, "{r:#?}");
+    assert_eq!(d.nodes, ["old"]);
+    assert_eq!(d.pods_moved, ["shop/web-1"]);
+}
+
+#[test]
+fn a_node_from_an_old_template_has_drifted() {
+    let claim = "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodeClaim
+metadata:
+  name: a-claim
+  annotations: {tailor.sh/nodepool-hash: 0000000000000000}
+  labels: {tailor.sh/nodepool: default}
+spec:
+  nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+  requirements: []
+status: {nodeName: a}
+";
+    let yaml = format!(
+        "{POOL}{}{}{claim}",
+        node("a", 10, ""),
+        pod("web-1", "a", "3", "")
+    );
+    let r = evaluate(&yaml);
+    assert_eq!(r.decisions[0].method, Method::Drift, "{r:#?}");
+    assert_eq!(r.decisions[0].replacements.len(), 1);
+    assert!(r.decisions[0].reason.contains("template changed"));
+}
+
+#[test]
+fn simulate_disruption_prints_the_documented_json() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("cluster.yaml");
+    let yaml = format!(
+        "{POOL}{}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "1500m", ""),
+        pod("web-2", "b", "1500m", "")
+    );
+    std::fs::write(&path, yaml).expect("write");
+    let now = jiff::Timestamp::from_second(NOW)
+        .expect("valid")
+        .to_string();
+    let (ok, stdout, stderr) = tailor(&[
+        "simulate",
+        "--snapshot",
+        path.to_str().expect("utf-8"),
+        "--disruption",
+        "--now",
+        &now,
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let d = &v["decisions"][0];
+    assert_eq!(d["method"], "single");
+    assert_eq!(d["nodes"].as_array().map(Vec::len), Some(1));
+    assert!(d["replacements"].is_array());
+    assert!(d["savingsPerHour"].as_f64().is_some_and(|s| s > 0.0));
+    assert_eq!(d["podsMoved"].as_array().map(Vec::len), Some(1));
+    assert!(v["blocked"].is_array());
+    assert!(v["summary"]["hourlyCostBefore"].as_f64().is_some());
+    assert!(v["summary"]["hourlyCostAfter"].as_f64().is_some());
+}
