@@ -4,6 +4,8 @@
 //! 2. Cost quality on the "Basic" mix of Karpenter's scale test, against the exact optimum
 //!    and a Karpenter-style greedy baseline run in the same process.
 //! 3. Peak memory (VmHWM) of the 20k-pod run.
+//! 4. Consolidation: the Basic mix provisioned, both Deployments scaled down to 350, and
+//!    disruption run to a steady state, against the exact optimum for 350 + 350.
 //!
 //! Without `--bench` (as `cargo test --all-targets` runs it) it does a small smoke run.
 
@@ -23,6 +25,9 @@ use tailor::scheduling::{self, Input, Options, PodInfo, input::default_pool};
 
 /// Basic mix optimum over the candidate sizes (eastus list prices), from the issue.
 const BASIC_OPTIMUM: f64 = 102.72;
+
+/// Optimum for 350 + 350 pods of the Basic mix over the same candidate sizes.
+const SCALED_DOWN_OPTIMUM: f64 = 71.96;
 
 /// A small deterministic generator for the benchmark's pod mix (splitmix64).
 struct Rng(u64);
@@ -369,6 +374,7 @@ fn main() {
         "greedy:   {:>8.2} $/hour, {:>3} nodes, {:.3} s  (largest-first, grow while anything fits, cheapest type that holds)",
         greedy.summary.hourly_cost, greedy.summary.new_nodes, g_secs
     );
+    consolidation(&input, &tailored, if full { 350 } else { 35 }, full);
     if full {
         println!(
             "optimum:  {BASIC_OPTIMUM:>8.2} $/hour;  tailor/optimum = {:.4} (target <= 1.02);  greedy/optimum = {:.4};  tailor/greedy = {:.4}",
@@ -380,6 +386,98 @@ fn main() {
         println!(
             "tailor/greedy = {:.4}",
             tailored.summary.hourly_cost / greedy.summary.hourly_cost
+        );
+    }
+}
+
+/// The provisioned Basic mix as existing nodes, keeping `keep` pods of each Deployment
+/// (the highest ordinals go, as a scale-down would take them), then disruption run to a
+/// steady state.
+fn consolidation(input: &Input, plan: &scheduling::Plan, keep: usize, full: bool) {
+    use tailor::disruption::{self, Cluster, NodeMeta, Settings};
+    let pool = &input.pools[0];
+    let pods: BTreeMap<&str, &PodInfo> =
+        input.pending.iter().map(|p| (p.key.as_str(), p)).collect();
+    let kept = |key: &str| {
+        key.rsplit('-')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|n| n < keep)
+    };
+    let mut nodes = Vec::new();
+    let mut meta = Vec::new();
+    for c in &plan.node_claims {
+        let Some(t) = pool
+            .instance_types
+            .iter()
+            .find(|t| t.name == c.instance_type)
+        else {
+            continue;
+        };
+        let mut labels = c.labels.clone();
+        labels.insert("kubernetes.io/hostname".into(), c.name.clone());
+        nodes.push(scheduling::ExistingNode {
+            name: c.name.clone(),
+            labels,
+            taints: Vec::new(),
+            allocatable: t.allocatable.clone(),
+            pods: c
+                .pods
+                .iter()
+                .filter(|k| kept(k))
+                .filter_map(|k| pods.get(k.as_str()))
+                .map(|p| PodInfo {
+                    node_name: Some(c.name.clone()),
+                    ..(*p).clone()
+                })
+                .collect(),
+            unschedulable: false,
+        });
+        meta.push(NodeMeta {
+            pool: Some(c.node_pool.clone()),
+            instance_type: c.instance_type.clone(),
+            zone: c.zone.clone(),
+            capacity_type: Some(c.capacity_type),
+            price_per_hour: Some(c.price_per_hour),
+            ..NodeMeta::default()
+        });
+    }
+    let cluster = Cluster {
+        input: Input {
+            pending: Vec::new(),
+            nodes,
+            pools: input.pools.clone(),
+            daemon_sets: Vec::new(),
+        },
+        nodes: meta,
+        do_not_disrupt: Default::default(),
+        pdbs: Vec::new(),
+        rules: BTreeMap::new(),
+        now: 0,
+    };
+    let start = Instant::now();
+    let report = disruption::evaluate(&cluster, &Settings::default());
+    let secs = start.elapsed().as_secs_f64();
+    let mut methods: BTreeMap<String, usize> = BTreeMap::new();
+    for d in &report.decisions {
+        *methods.entry(format!("{:?}", d.method)).or_default() += 1;
+    }
+    let s = &report.summary;
+    println!(
+        "\n== consolidation: scaled down to {keep} + {keep}, disruption to a steady state ==\n\
+         before: {:.2} $/hour on {} nodes; after: {:.2} $/hour on {} nodes; {} decisions {methods:?}; {} pods evicted; {secs:.3} s",
+        s.hourly_cost_before,
+        s.nodes_before,
+        s.hourly_cost_after,
+        s.nodes_after,
+        report.decisions.len(),
+        s.evictions
+    );
+    if full {
+        println!(
+            "optimum:  {SCALED_DOWN_OPTIMUM:>8.2} $/hour; after/optimum = {:.4} (target <= 1.05, <= {:.2} $/hour)",
+            s.hourly_cost_after / SCALED_DOWN_OPTIMUM,
+            SCALED_DOWN_OPTIMUM * 1.05
         );
     }
 }
