@@ -192,6 +192,22 @@ fn movable(n: &ExistingNode) -> impl Iterator<Item = &PodInfo> {
 
 /// What disruption would do at `cluster.now`.
 pub fn evaluate(cluster: &Cluster, settings: &Settings) -> Report {
+    run(cluster, settings).report
+}
+
+/// A report with the cluster it leads to.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The decisions.
+    pub report: Report,
+    /// The nodes after every decision, with their pods (replacements included).
+    pub nodes: Vec<ExistingNode>,
+    /// Per node of `nodes`.
+    pub meta: Vec<NodeMeta>,
+}
+
+/// [`evaluate`], also returning the resulting nodes.
+pub fn run(cluster: &Cluster, settings: &Settings) -> Outcome {
     let mut w = Work {
         cluster,
         settings,
@@ -244,7 +260,7 @@ pub fn evaluate(cluster: &Cluster, settings: &Settings) -> Report {
             reason: reason.clone(),
         })
         .collect();
-    Report {
+    let report = Report {
         summary: Summary {
             hourly_cost_before: round4(before),
             hourly_cost_after: round4(w.cost()),
@@ -254,6 +270,11 @@ pub fn evaluate(cluster: &Cluster, settings: &Settings) -> Report {
         },
         decisions,
         blocked,
+    };
+    Outcome {
+        report,
+        nodes: w.nodes,
+        meta: w.meta,
     }
 }
 
