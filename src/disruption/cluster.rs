@@ -53,6 +53,8 @@ pub struct NodeMeta {
     pub do_not_disrupt: bool,
     /// Why it has drifted, if it has.
     pub drifted: Option<String>,
+    /// The VM behind it (`spec.providerID`), for deleting it.
+    pub provider_id: Option<String>,
 }
 
 /// A PodDisruptionBudget as disruption uses it.
@@ -347,7 +349,11 @@ impl Cluster {
                 (have != want)
                     .then(|| format!("NodePool template changed (hash {have}, now {want})"))
             });
+            let provider_id = object
+                .and_then(|o| o.spec.as_ref()?.provider_id.clone())
+                .or_else(|| claim.and_then(|c| c.status.as_ref()?.provider_id.clone()));
             nodes.push(NodeMeta {
+                provider_id,
                 pool,
                 instance_type,
                 zone,

@@ -12,6 +12,7 @@
 //! in turn (and counted against budgets), so later decisions see earlier ones.
 
 pub mod cluster;
+pub mod controller;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -180,7 +181,8 @@ struct Proven {
     savings: f64,
 }
 
-fn is_daemon(p: &PodInfo) -> bool {
+/// Whether a pod belongs to a DaemonSet (it goes with its node, and is drained last).
+pub(crate) fn is_daemon(p: &PodInfo) -> bool {
     p.owner
         .as_deref()
         .is_some_and(|o| o.starts_with("DaemonSet/"))
@@ -208,24 +210,7 @@ pub struct Outcome {
 
 /// [`evaluate`], also returning the resulting nodes.
 pub fn run(cluster: &Cluster, settings: &Settings) -> Outcome {
-    let mut w = Work {
-        cluster,
-        settings,
-        nodes: cluster.input.nodes.clone(),
-        meta: cluster.nodes.clone(),
-        fresh: BTreeSet::new(),
-        chosen: BTreeSet::new(),
-        disrupted: BTreeMap::new(),
-        pool_sizes: BTreeMap::new(),
-        pdb_used: BTreeMap::new(),
-        blocked: BTreeMap::new(),
-        replacements_made: 0,
-    };
-    for m in &w.meta {
-        if let Some(p) = &m.pool {
-            *w.pool_sizes.entry(p.clone()).or_default() += 1;
-        }
-    }
+    let mut w = Work::new(cluster, settings);
     let before = w.cost();
     let nodes_before = w.nodes.len();
     w.place_pending();
@@ -275,6 +260,82 @@ pub fn run(cluster: &Cluster, settings: &Settings) -> Outcome {
         report,
         nodes: w.nodes,
         meta: w.meta,
+    }
+}
+
+/// Checks a decision again on the cluster as it is now (after the validation delay):
+/// the nodes are still there and still unprotected, an empty node is still empty, and a
+/// consolidation still places every pod and still saves enough. Returns the plan to carry
+/// out now (its replacements may differ from the original decision's).
+pub fn revalidate(
+    cluster: &Cluster,
+    settings: &Settings,
+    decision: &Decision,
+) -> Result<scheduling::Plan, String> {
+    let mut w = Work::new(cluster, settings);
+    w.place_pending();
+    let mut set = Vec::new();
+    for name in &decision.nodes {
+        let i = w
+            .nodes
+            .iter()
+            .position(|n| &n.name == name)
+            .ok_or_else(|| format!("node {name} is gone"))?;
+        if let Some(why) = w.guard(i, decision.method) {
+            return Err(format!("node {name}: {why}"));
+        }
+        set.push(i);
+    }
+    match decision.method {
+        Method::Empty => {
+            for &i in &set {
+                if let Some(p) = movable(&w.nodes[i]).next() {
+                    return Err(format!(
+                        "pod {} appeared on node {}",
+                        p.key, w.nodes[i].name
+                    ));
+                }
+            }
+            Ok(scheduling::Plan::default())
+        }
+        Method::Multi | Method::Single => {
+            let proven = w.prove(&set)?;
+            if proven.plan.node_claims.len() > decision.replacements.len() {
+                return Err("the pods now need a replacement node".to_string());
+            }
+            Ok(proven.plan)
+        }
+        Method::Drift => {
+            if !w.pdbs_allow(&set) {
+                return Err("evictions would exceed a PodDisruptionBudget".to_string());
+            }
+            w.simulate(&set, usize::MAX)
+        }
+        Method::Expiration => Ok(w.simulate(&set, usize::MAX).unwrap_or_default()),
+    }
+}
+
+impl<'a> Work<'a> {
+    fn new(cluster: &'a Cluster, settings: &'a Settings) -> Self {
+        let mut w = Work {
+            cluster,
+            settings,
+            nodes: cluster.input.nodes.clone(),
+            meta: cluster.nodes.clone(),
+            fresh: BTreeSet::new(),
+            chosen: BTreeSet::new(),
+            disrupted: BTreeMap::new(),
+            pool_sizes: BTreeMap::new(),
+            pdb_used: BTreeMap::new(),
+            blocked: BTreeMap::new(),
+            replacements_made: 0,
+        };
+        for m in &w.meta {
+            if let Some(p) = &m.pool {
+                *w.pool_sizes.entry(p.clone()).or_default() += 1;
+            }
+        }
+        w
     }
 }
 
@@ -639,6 +700,7 @@ impl Work<'_> {
                 last_pod_event: Some(self.cluster.now),
                 do_not_disrupt: false,
                 drifted: None,
+                provider_id: None,
             });
             self.fresh.insert(name);
             replacements.push(Replacement {
