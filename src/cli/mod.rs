@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod crds;
+pub mod demo;
 pub mod recommend;
 mod recommend_html;
 pub mod simulate;
@@ -44,6 +45,9 @@ pub enum Command {
     /// new nodes that fit the rest, and pods that cannot land with the reason. With
     /// `--disruption`, the nodes it would remove or replace now, with their savings.
     Simulate(simulate::SimulateArgs),
+    /// Run the whole loop on a simulated AKS cluster (no cluster needed): the same week in
+    /// recommend-only mode, then autonomous, with a summary and an HTML report.
+    Demo(demo::DemoArgs),
 }
 
 /// Why a command failed.
@@ -93,6 +97,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Catalog(args) => catalog::run(args, out),
         Command::Simulate(args) => simulate::run(args, out),
         Command::Recommend(args) => recommend::run(*args, out),
+        Command::Demo(args) => demo::run(args, out),
     }
 }
 

@@ -33,6 +33,11 @@ pub struct OomEvent {
     pub at: i64,
     /// Memory in use (or the limit) when it happened, bytes.
     pub memory: f64,
+    /// The container's memory request when it happened, when known. Without it the
+    /// current request stands in, which is right only while the request has not been
+    /// changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<f64>,
 }
 
 /// Everything the recommender keeps about one container across all its pods. Serialisable,
@@ -128,9 +133,28 @@ impl ContainerHistory {
 
     /// Records an OOM kill at `t` with the memory in use or the limit at the time.
     pub fn add_oom(&mut self, t: i64, memory: f64) {
-        if !self.ooms.iter().any(|o| o.at == t) {
-            self.ooms.push(OomEvent { at: t, memory });
-            self.seen(t);
+        self.push_oom(OomEvent {
+            at: t,
+            memory,
+            request: None,
+        });
+    }
+
+    /// Records an OOM kill at `t` with the memory in use and the container's memory
+    /// request at the time (what an agent that changes requests must record, so a later
+    /// recommendation bumps from the request that was too small, not from its own).
+    pub fn add_oom_with_request(&mut self, t: i64, memory: f64, request: f64) {
+        self.push_oom(OomEvent {
+            at: t,
+            memory,
+            request: Some(request),
+        });
+    }
+
+    fn push_oom(&mut self, oom: OomEvent) {
+        if !self.ooms.iter().any(|o| o.at == oom.at) {
+            self.seen(oom.at);
+            self.ooms.push(oom);
         }
     }
 
@@ -462,7 +486,10 @@ pub fn recommend(
         for oom in history.ooms.iter().filter(|o| o.at >= window_start) {
             // As VPA does: the container needed more than it had, which is at least the
             // measured peak and at least its request.
-            let at_kill = oom.memory.max(current.memory.unwrap_or(0) as f64);
+            let request = oom
+                .request
+                .unwrap_or_else(|| current.memory.unwrap_or(0) as f64);
+            let at_kill = oom.memory.max(request);
             let bumped = (at_kill * (1.0 + policy.oom_bump_fraction))
                 .max(at_kill + policy.oom_min_bump as f64);
             if bumped > target {
@@ -740,6 +767,35 @@ mod tests {
             30 * DAY,
         );
         assert!(r.recommended.memory.expect("memory") < 700 * MIB);
+    }
+
+    #[test]
+    fn an_oom_bump_does_not_compound_once_the_request_has_grown() {
+        // Killed at 900Mi with a 512Mi request: bumped to 1080Mi. Once the request is
+        // 1080Mi, the same kill asks for nothing more.
+        let mut h = history(3);
+        h.add_oom_with_request(2 * DAY, (900 * MIB) as f64, (512 * MIB) as f64);
+        let first = recommend(
+            &h,
+            current(1000, 512 * MIB),
+            &policy(),
+            &Context::default(),
+            3 * DAY,
+        );
+        assert_eq!(first.recommended.memory, Some(1080 * MIB));
+        let again = recommend(
+            &h,
+            current(1000, 1080 * MIB),
+            &policy(),
+            &Context::default(),
+            3 * DAY,
+        );
+        assert!(
+            again.recommended.memory <= Some(1080 * MIB),
+            "{:?} {:?}",
+            again.recommended.memory,
+            again.reasons
+        );
     }
 
     #[test]

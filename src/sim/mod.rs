@@ -1,4 +1,6 @@
 //! The simulated world: usage traces with the shapes real workloads have. The demo, the
 //! backtest and the benchmarks all draw on it.
 
+pub mod scenario;
 pub mod traces;
+pub mod world;

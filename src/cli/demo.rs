@@ -1,0 +1,424 @@
+//! `tailor demo`: the whole loop on a simulated AKS cluster, no cluster needed. The same
+//! scenario runs twice — recommend-only, then autonomous — and the summary compares them;
+//! a self-contained HTML report shows cost, nodes, requests against usage and the
+//! recommendations applied over time.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::Serialize;
+
+use super::{CliError, Result};
+use crate::catalog::{Catalog, CatalogOptions};
+use crate::provisioning::Mode;
+use crate::report::Table;
+use crate::report::svg::{Chart, Series, escape, line_chart};
+use crate::sim::scenario::Scenario;
+use crate::sim::world::{self, RunResult, RunSettings};
+
+/// Arguments of `tailor demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Days of virtual time.
+    #[arg(long, env = "TAILOR_DEMO_DAYS", default_value_t = 7)]
+    pub days: u32,
+
+    /// Seed of the scenario (workloads, usage, requests).
+    #[arg(long, env = "TAILOR_DEMO_SEED", default_value_t = 7)]
+    pub seed: u64,
+
+    /// Where to write the HTML report.
+    #[arg(long, env = "TAILOR_DEMO_REPORT", default_value = "tailor-demo.html")]
+    pub report: PathBuf,
+
+    /// After the run, keep serving `/metrics` (and `/healthz`) on this address until
+    /// interrupted, so Prometheus and Grafana can look at it.
+    #[arg(long, env = "TAILOR_DEMO_SERVE")]
+    pub serve: Option<SocketAddr>,
+
+    /// Output format of the summary.
+    #[command(flatten)]
+    pub output: super::OutputArgs,
+}
+
+/// Both runs and the comparison.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DemoReport {
+    /// The scenario's name.
+    pub scenario: String,
+    /// Workloads in the scenario.
+    pub workloads: usize,
+    /// OOM kills the autonomous run may add.
+    pub oom_tolerance: u64,
+    /// The recommend-only run.
+    pub recommend_only: RunResult,
+    /// The autonomous run.
+    pub autonomous: RunResult,
+}
+
+fn days_hours(t: f64) -> String {
+    jiff::Timestamp::from_second(t as i64).map_or_else(
+        |_| format!("{t:.0}"),
+        |ts| ts.strftime("%m-%d %H:%M").to_string(),
+    )
+}
+
+/// The summary for a terminal.
+pub fn table(r: &DemoReport) -> String {
+    let (a, b) = (&r.recommend_only.summary, &r.autonomous.summary);
+    let mut t = Table::new(["", "RECOMMEND-ONLY", "AUTONOMOUS"]).align_right(&[1, 2]);
+    let row = |t: &mut Table, k: &str, x: String, y: String| t.row([k.to_string(), x, y]);
+    row(
+        &mut t,
+        "nodes (start -> end)",
+        format!("{} -> {}", a.nodes_start, a.nodes_end),
+        format!("{} -> {}", b.nodes_start, b.nodes_end),
+    );
+    row(
+        &mut t,
+        "$/hour (start -> end)",
+        format!("{:.2} -> {:.2}", a.hourly_cost_start, a.hourly_cost_end),
+        format!("{:.2} -> {:.2}", b.hourly_cost_start, b.hourly_cost_end),
+    );
+    row(
+        &mut t,
+        "total spent ($)",
+        format!("{:.0}", a.total_cost),
+        format!("{:.0}", b.total_cost),
+    );
+    row(
+        &mut t,
+        "requested CPU at end (cores)",
+        format!("{:.1}", a.cpu_requested_end),
+        format!("{:.1}", b.cpu_requested_end),
+    );
+    row(
+        &mut t,
+        "requested memory at end (GiB)",
+        format!("{:.1}", a.memory_requested_end),
+        format!("{:.1}", b.memory_requested_end),
+    );
+    row(
+        &mut t,
+        "right-sizing recommendations",
+        format!("{} reported", a.recommendations),
+        format!("{} applied", b.recommendations),
+    );
+    row(
+        &mut t,
+        "consolidation decisions",
+        format!("{} pending", a.decisions),
+        format!("{} carried out", b.decisions),
+    );
+    row(
+        &mut t,
+        "consolidation saving ($/hour)",
+        format!("{:.2} available", a.consolidation_savings_per_hour),
+        format!("{:.2}", b.consolidation_savings_per_hour),
+    );
+    row(
+        &mut t,
+        "pods evicted",
+        a.pods_evicted.to_string(),
+        b.pods_evicted.to_string(),
+    );
+    row(
+        &mut t,
+        "OOM kills",
+        a.oom_kills.to_string(),
+        b.oom_kills.to_string(),
+    );
+    row(
+        &mut t,
+        "provisioning p50 / p99 (s)",
+        format!(
+            "{:.0} / {:.0}",
+            a.provisioning_p50_seconds, a.provisioning_p99_seconds
+        ),
+        format!(
+            "{:.0} / {:.0}",
+            b.provisioning_p50_seconds, b.provisioning_p99_seconds
+        ),
+    );
+    row(
+        &mut t,
+        "pending pod-hours",
+        format!("{:.1}", a.pending_pod_hours),
+        format!("{:.1}", b.pending_pod_hours),
+    );
+    row(
+        &mut t,
+        "nodes launched",
+        a.launches.to_string(),
+        b.launches.to_string(),
+    );
+    let mut out = format!("{} ({} workloads)\n\n", r.scenario, r.workloads);
+    out.push_str(&t.render());
+    let saved = a.total_cost - b.total_cost;
+    let _ = writeln!(
+        out,
+        "\nautonomous spent ${saved:.0} less over the run ({:.0}%), ending at ${:.2}/hour instead of ${:.2}; OOM kills {} vs {} (tolerance +{}).",
+        if a.total_cost > 0.0 {
+            saved / a.total_cost * 100.0
+        } else {
+            0.0
+        },
+        b.hourly_cost_end,
+        a.hourly_cost_end,
+        b.oom_kills,
+        a.oom_kills,
+        r.oom_tolerance
+    );
+    out
+}
+
+/// The self-contained HTML report.
+pub fn html(r: &DemoReport) -> String {
+    let points = |run: &RunResult, f: fn(&world::Sample) -> f64| -> Vec<(f64, f64)> {
+        run.samples.iter().map(|s| (s.t as f64, f(s))).collect()
+    };
+    let (ro, au) = (&r.recommend_only, &r.autonomous);
+    let money = |v: f64| format!("${v:.1}");
+    let one = |v: f64| format!("{v:.0}");
+    let cost = line_chart(
+        &Chart {
+            title: "Cost ($/hour)",
+            y_format: money,
+            x_format: days_hours,
+            size: (900, 260),
+        },
+        &[
+            Series {
+                label: "recommend-only",
+                color: "#888",
+                points: points(ro, |s| s.hourly_cost),
+                dashed: true,
+            },
+            Series {
+                label: "autonomous",
+                color: "#1f77b4",
+                points: points(au, |s| s.hourly_cost),
+                dashed: false,
+            },
+        ],
+    );
+    let cpu = line_chart(
+        &Chart {
+            title: "CPU (cores): requested vs used",
+            y_format: one,
+            x_format: days_hours,
+            size: (900, 260),
+        },
+        &[
+            Series {
+                label: "requested, recommend-only",
+                color: "#888",
+                points: points(ro, |s| s.cpu_requested),
+                dashed: true,
+            },
+            Series {
+                label: "requested, autonomous",
+                color: "#1f77b4",
+                points: points(au, |s| s.cpu_requested),
+                dashed: false,
+            },
+            Series {
+                label: "used",
+                color: "#2ca02c",
+                points: points(au, |s| s.cpu_used),
+                dashed: false,
+            },
+        ],
+    );
+    let memory = line_chart(
+        &Chart {
+            title: "Memory (GiB): requested vs used",
+            y_format: one,
+            x_format: days_hours,
+            size: (900, 260),
+        },
+        &[
+            Series {
+                label: "requested, recommend-only",
+                color: "#888",
+                points: points(ro, |s| s.memory_requested),
+                dashed: true,
+            },
+            Series {
+                label: "requested, autonomous",
+                color: "#1f77b4",
+                points: points(au, |s| s.memory_requested),
+                dashed: false,
+            },
+            Series {
+                label: "used",
+                color: "#2ca02c",
+                points: points(au, |s| s.memory_used),
+                dashed: false,
+            },
+        ],
+    );
+    let applied = line_chart(
+        &Chart {
+            title: "Recommendations applied (autonomous, cumulative)",
+            y_format: one,
+            x_format: days_hours,
+            size: (900, 220),
+        },
+        &[Series {
+            label: "applied",
+            color: "#9467bd",
+            points: points(au, |s| s.recommendations_applied as f64),
+            dashed: false,
+        }],
+    );
+    // Nodes by type: the sizes that were ever in use, one line each.
+    const COLORS: [&str; 8] = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    ];
+    let mut types: Vec<String> = au
+        .samples
+        .iter()
+        .flat_map(|s| s.nodes_by_type.keys().cloned())
+        .collect();
+    types.sort();
+    types.dedup();
+    let series: Vec<Series<'_>> = types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| Series {
+            label: ty,
+            color: COLORS[i % COLORS.len()],
+            points: au
+                .samples
+                .iter()
+                .map(|s| {
+                    (
+                        s.t as f64,
+                        s.nodes_by_type.get(ty).copied().unwrap_or(0) as f64,
+                    )
+                })
+                .collect(),
+            dashed: false,
+        })
+        .collect();
+    let nodes = line_chart(
+        &Chart {
+            title: "Nodes by type (autonomous)",
+            y_format: one,
+            x_format: days_hours,
+            size: (900, 260),
+        },
+        &series,
+    );
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Tailor demo</title>\
+         <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:960px}}pre{{background:#f6f6f6;padding:1em}}h2{{margin-top:1.5em}}</style></head><body>\
+         <h1>Tailor demo: {}</h1><pre>{}</pre>\
+         <h2>Cost over time</h2>{cost}<h2>Nodes by type</h2>{nodes}<h2>Requested vs used CPU</h2>{cpu}\
+         <h2>Requested vs used memory</h2>{memory}<h2>Recommendations applied</h2>{applied}</body></html>\n",
+        escape(&r.scenario),
+        escape(&table(r)),
+    );
+    out
+}
+
+/// Runs `tailor demo`.
+pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
+    if args.days == 0 || args.days > 60 {
+        return Err(CliError::InvalidFlag {
+            flag: "--days",
+            reason: format!("{} is outside 1..=60", args.days),
+        });
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let scenario = Scenario::mid_size(args.seed, args.days);
+    let mut options = CatalogOptions::for_region(&scenario.region);
+    options.include_spot = false;
+    let types = Catalog::builtin()?.instance_types(&options)?;
+    let metrics = crate::telemetry::Metrics::new(&opentelemetry::global::meter("tailor-demo"));
+    let report = runtime.block_on(async {
+        let mut runs = Vec::new();
+        for mode in [Mode::RecommendOnly, Mode::Autonomous] {
+            let name = if mode == Mode::Autonomous {
+                "autonomous"
+            } else {
+                "recommend-only"
+            };
+            let mut shown = -1i64;
+            let mut progress = |share: f64| {
+                let pct = (share * 100.0) as i64 / 10 * 10;
+                if pct != shown {
+                    shown = pct;
+                    eprintln!("{name}: {pct:>3}% of {} virtual days", args.days);
+                }
+            };
+            let result = world::run(
+                &scenario,
+                &RunSettings::for_mode(mode),
+                types.clone(),
+                &mut progress,
+            )
+            .await;
+            runs.push(result);
+        }
+        let autonomous = runs.pop().unwrap_or_else(|| empty_run("autonomous"));
+        let recommend_only = runs.pop().unwrap_or_else(|| empty_run("recommend-only"));
+        DemoReport {
+            scenario: scenario.name.clone(),
+            workloads: scenario.workloads.len(),
+            oom_tolerance: scenario.oom_tolerance,
+            recommend_only,
+            autonomous,
+        }
+    });
+    // The autonomous run's final fleet, for /metrics.
+    if let Some(last) = report.autonomous.samples.last() {
+        for (ty, n) in &last.nodes_by_type {
+            let price = types
+                .iter()
+                .find(|t| &t.name == ty)
+                .and_then(|t| t.offerings.first())
+                .map_or(0.0, |o| o.price_per_hour);
+            metrics.set_node_cost("default", ty, "on-demand", price * *n as f64);
+        }
+    }
+    std::fs::write(&args.report, html(&report))
+        .map_err(|e| CliError::Input(format!("writing report {}: {e}", args.report.display())))?;
+    eprintln!("report written to {}", args.report.display());
+    let text =
+        crate::report::render(args.output.output, &report, table).map_err(CliError::Encode)?;
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    if let Some(addr) = args.serve {
+        let ready = crate::server::Readiness::default();
+        ready.set(true);
+        runtime.block_on(crate::server::serve(
+            addr,
+            metrics,
+            ready,
+            |bound| eprintln!("serving /metrics on http://{bound}/metrics; Ctrl-C to stop"),
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+        ))?;
+    }
+    Ok(())
+}
+
+fn empty_run(mode: &str) -> RunResult {
+    RunResult {
+        mode: mode.to_string(),
+        samples: Vec::new(),
+        summary: Default::default(),
+    }
+}

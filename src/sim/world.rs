@@ -1,0 +1,923 @@
+//! The simulated cluster on a virtual clock: workloads create and delete pods, pods use
+//! CPU and memory as their traces say and are OOM-killed past their limit, and the real
+//! Tailor code decides — the scheduler and provisioner buy nodes from the simulated Azure,
+//! the recommender sizes requests from the usage it sees, and disruption consolidates.
+//! The cluster itself is the [`Actuator`] disruption drains through.
+
+use std::collections::BTreeMap;
+use std::future::{Future, ready};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Taint;
+
+use super::scenario::{Kind, Scenario};
+use crate::apis::labels;
+use crate::apis::nodepool::BudgetNodes;
+use crate::clock::{Clock, VirtualClock};
+use crate::cloud::sim::{SimSettings, SimulatedAzure};
+use crate::cloud::{CloudProvider, InstanceState};
+use crate::disruption::cluster::PoolRules;
+use crate::disruption::controller::{ActError, Actuator, DISRUPTED_TAINT, Disrupter, Phase};
+use crate::disruption::{self, Cluster, NodeMeta};
+use crate::model::{CapacityType, Dimension, InstanceType, Requirement, Resources};
+use crate::provisioning::{Mode, launch_request};
+use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
+use crate::scheduling::input::default_pool;
+use crate::scheduling::{self, DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
+
+const GIB: f64 = 1_073_741_824.0;
+
+/// How one run behaves.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// Recommend-only (report right-sizing and disruption) or autonomous (act).
+    pub mode: Mode,
+    /// Disruption thresholds.
+    pub disruption: disruption::Settings,
+    /// The right-sizing policy.
+    pub policy: Policy,
+    /// Seconds between right-sizing rounds.
+    pub rightsizing_every: i64,
+    /// Seconds between disruption evaluations.
+    pub disruption_every: i64,
+    /// The NodePool's consolidateAfter, seconds.
+    pub consolidate_after: i64,
+    /// The NodePool's disruption budget (share of nodes at once).
+    pub budget_percent: u32,
+}
+
+impl RunSettings {
+    /// The demo's settings for a mode.
+    pub fn for_mode(mode: Mode) -> Self {
+        RunSettings {
+            mode,
+            disruption: disruption::Settings::default(),
+            policy: Policy::default(),
+            rightsizing_every: 6 * 3600,
+            disruption_every: 600,
+            consolidate_after: 1800,
+            budget_percent: 10,
+        }
+    }
+}
+
+/// The cluster once an hour.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    /// Unix seconds.
+    pub t: i64,
+    /// USD per hour of the VMs.
+    pub hourly_cost: f64,
+    /// Nodes per VM size.
+    pub nodes_by_type: BTreeMap<String, usize>,
+    /// Requested CPU of scheduled pods, cores.
+    pub cpu_requested: f64,
+    /// CPU used, cores.
+    pub cpu_used: f64,
+    /// Requested memory of scheduled pods, GiB.
+    pub memory_requested: f64,
+    /// Memory used, GiB.
+    pub memory_used: f64,
+    /// Recommendations applied so far.
+    pub recommendations_applied: usize,
+    /// Pending pods.
+    pub pending: usize,
+}
+
+/// What one run did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// Nodes at the start (after the first hour) and the end.
+    pub nodes_start: usize,
+    /// Nodes at the end.
+    pub nodes_end: usize,
+    /// USD per hour after the first hour.
+    pub hourly_cost_start: f64,
+    /// USD per hour at the end.
+    pub hourly_cost_end: f64,
+    /// Total spent over the run, USD.
+    pub total_cost: f64,
+    /// Requested CPU at the end, cores.
+    pub cpu_requested_end: f64,
+    /// Requested memory at the end, GiB.
+    pub memory_requested_end: f64,
+    /// Recommendations applied over the run (autonomous), or waiting to be applied at
+    /// the last round (recommend-only).
+    pub recommendations: usize,
+    /// Disruption decisions carried out (autonomous) or reported (recommend-only, last
+    /// evaluation).
+    pub decisions: usize,
+    /// USD per hour saved by those decisions.
+    pub consolidation_savings_per_hour: f64,
+    /// Pods evicted.
+    pub pods_evicted: usize,
+    /// OOM kills.
+    pub oom_kills: u64,
+    /// Median seconds from pending to running.
+    pub provisioning_p50_seconds: f64,
+    /// 99th percentile seconds from pending to running.
+    pub provisioning_p99_seconds: f64,
+    /// Pod-hours spent pending.
+    pub pending_pod_hours: f64,
+    /// Nodes launched.
+    pub launches: u64,
+}
+
+/// One run's result.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// `recommend-only` or `autonomous`.
+    pub mode: String,
+    /// Hourly samples.
+    pub samples: Vec<Sample>,
+    /// Totals.
+    pub summary: RunSummary,
+}
+
+#[derive(Debug, Clone)]
+struct SimPod {
+    key: String,
+    workload: usize,
+    node: Option<String>,
+    running: bool,
+    cpu: i64,
+    memory: i64,
+    memory_limit: i64,
+    pending_since: Option<i64>,
+    jitter: f64,
+}
+
+#[derive(Debug, Clone)]
+struct SimNode {
+    name: String,
+    provider_id: String,
+    instance_type: String,
+    zone: String,
+    capacity_type: CapacityType,
+    price: f64,
+    allocatable: Resources,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    created: i64,
+    last_pod_event: i64,
+}
+
+/// Requested sizes per workload: what new pods get.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Sizes {
+    cpu: i64,
+    memory: i64,
+    memory_limit: i64,
+}
+
+struct World<'a> {
+    scenario: &'a Scenario,
+    settings: &'a RunSettings,
+    pool: Pool,
+    templates: Vec<PodInfo>,
+    daemon_sets: Vec<DaemonSetInfo>,
+    nodes: Vec<SimNode>,
+    pods: Vec<SimPod>,
+    sizes: Vec<Sizes>,
+    next_ordinal: Vec<u64>,
+    /// Labels of claims launched by the provisioner, until their node registers.
+    launching: BTreeMap<String, BTreeMap<String, String>>,
+    histories: Vec<ContainerHistory>,
+    context: Context,
+    now: i64,
+    rounds: u64,
+    latencies: Vec<f64>,
+    evicted: usize,
+    ooms: u64,
+    applied: usize,
+    pending_seconds: f64,
+}
+
+fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
+    PodInfo {
+        key: format!("{namespace}/{name}"),
+        namespace: namespace.to_string(),
+        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        requests: Resources::default(),
+        node_requirements: Default::default(),
+        preferred_node: Vec::new(),
+        tolerations: Vec::new(),
+        affinity: Vec::new(),
+        anti_affinity: Vec::new(),
+        preferred_affinity: Vec::new(),
+        preferred_anti_affinity: Vec::new(),
+        spread: Vec::new(),
+        host_ports: Vec::new(),
+        node_name: None,
+        owner: Some(format!("{}/{app}", kind.as_str())),
+    }
+}
+
+fn resources(cpu: i64, memory: i64) -> Resources {
+    let mut r = Resources::cpu_memory(cpu, memory);
+    r.set(&Dimension::Pods, 1);
+    r
+}
+
+impl World<'_> {
+    fn pod_info(&self, p: &SimPod) -> PodInfo {
+        let mut info = self.templates[p.workload].clone();
+        info.key = p.key.clone();
+        info.requests = resources(p.cpu, p.memory);
+        info.node_name = p.node.clone();
+        info
+    }
+
+    fn is_daemon(&self, p: &SimPod) -> bool {
+        self.scenario.workloads[p.workload].kind == Kind::DaemonSet
+    }
+
+    fn existing(&self, n: &SimNode) -> ExistingNode {
+        ExistingNode {
+            name: n.name.clone(),
+            labels: n.labels.clone(),
+            taints: n.taints.clone(),
+            allocatable: n.allocatable.clone(),
+            pods: self
+                .pods
+                .iter()
+                .filter(|p| p.node.as_deref() == Some(n.name.as_str()))
+                .map(|p| self.pod_info(p))
+                .collect(),
+            unschedulable: false,
+        }
+    }
+
+    fn pool_now(&self) -> Pool {
+        let mut pool = self.pool.clone();
+        pool.nodes_in_use = (self.nodes.len() + self.launching.len()) as i64;
+        pool
+    }
+
+    fn pending(&self) -> Vec<PodInfo> {
+        self.pods
+            .iter()
+            .filter(|p| p.node.is_none())
+            .map(|p| self.pod_info(p))
+            .collect()
+    }
+
+    /// The view disruption decides over.
+    fn view(&self) -> Cluster {
+        let rules = PoolRules {
+            policy: crate::apis::ConsolidationPolicy::WhenEmptyOrUnderutilized,
+            consolidate_after: Some(self.settings.consolidate_after),
+            budgets: vec![(
+                BudgetNodes::Percent(self.settings.budget_percent),
+                Vec::new(),
+            )],
+            template_hash: String::new(),
+            expire_after: None,
+        };
+        Cluster {
+            input: Input {
+                pending: self.pending(),
+                nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
+                pools: vec![self.pool_now()],
+                daemon_sets: self.daemon_sets.clone(),
+            },
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeMeta {
+                    pool: Some(self.pool.name.clone()),
+                    instance_type: n.instance_type.clone(),
+                    zone: n.zone.clone(),
+                    capacity_type: Some(n.capacity_type),
+                    price_per_hour: Some(n.price),
+                    created: Some(n.created),
+                    last_pod_event: Some(n.last_pod_event),
+                    do_not_disrupt: false,
+                    drifted: None,
+                    provider_id: Some(n.provider_id.clone()),
+                })
+                .collect(),
+            do_not_disrupt: Default::default(),
+            pdbs: Vec::new(),
+            rules: BTreeMap::from([(self.pool.name.clone(), rules)]),
+            now: self.now,
+        }
+    }
+
+    fn new_pod(&mut self, w: usize, node: Option<String>) {
+        let workload = &self.scenario.workloads[w];
+        self.next_ordinal[w] += 1;
+        let ordinal = self.next_ordinal[w];
+        let key = match &node {
+            Some(n) => format!("{}/{}-{n}", workload.namespace, workload.name),
+            None => format!("{}/{}-{ordinal}", workload.namespace, workload.name),
+        };
+        // Replicas differ a little from each other, deterministically.
+        let jitter = 0.9 + ((ordinal.wrapping_mul(2_654_435_761) % 1000) as f64) / 5000.0;
+        let s = self.sizes[w];
+        let running = node.is_some();
+        self.pods.push(SimPod {
+            key,
+            workload: w,
+            node,
+            running,
+            cpu: s.cpu,
+            memory: s.memory,
+            memory_limit: s.memory_limit,
+            pending_since: (!running).then_some(self.now),
+            jitter,
+        });
+    }
+
+    /// Replica changes: create or delete pods to match what the workloads want now.
+    fn reconcile_workloads(&mut self) {
+        for w in 0..self.scenario.workloads.len() {
+            let workload = &self.scenario.workloads[w];
+            if workload.kind == Kind::DaemonSet {
+                continue;
+            }
+            let want = self.scenario.desired(workload, self.now) as usize;
+            let have: Vec<usize> = (0..self.pods.len())
+                .filter(|&i| self.pods[i].workload == w)
+                .collect();
+            if have.len() < want {
+                for _ in have.len()..want {
+                    self.new_pod(w, None);
+                }
+            } else if have.len() > want {
+                // The newest go first; pending ones before running ones.
+                let mut order = have.clone();
+                order.sort_by_key(|&i| (self.pods[i].running, std::cmp::Reverse(i)));
+                let mut gone: Vec<usize> = order[..have.len() - want].to_vec();
+                gone.sort_unstable_by(|a, b| b.cmp(a));
+                for i in gone {
+                    let p = self.pods.remove(i);
+                    if let Some(n) = p.node
+                        && let Some(node) = self.nodes.iter_mut().find(|x| x.name == n)
+                    {
+                        node.last_pod_event = self.now;
+                    }
+                }
+            }
+        }
+    }
+
+    /// VMs that came up register as nodes (with their DaemonSet pods); nominated pods
+    /// start running.
+    async fn register(&mut self, cloud: &SimulatedAzure) {
+        let Ok(instances) = cloud.list().await else {
+            return;
+        };
+        for i in instances {
+            if i.state != InstanceState::Running || self.nodes.iter().any(|n| n.name == i.claim) {
+                continue;
+            }
+            let Some(t) = self
+                .pool
+                .instance_types
+                .iter()
+                .find(|t| t.name == i.instance_type)
+            else {
+                continue;
+            };
+            let mut node_labels = self.launching.remove(&i.claim).unwrap_or_else(|| {
+                let mut l = t.requirements.single_valued_labels();
+                l.insert(labels::NODE_POOL.to_string(), self.pool.name.clone());
+                l
+            });
+            node_labels.insert(labels::INSTANCE_TYPE.to_string(), i.instance_type.clone());
+            node_labels.insert(labels::ZONE.to_string(), i.zone.clone());
+            node_labels.insert(
+                labels::CAPACITY_TYPE.to_string(),
+                i.capacity_type.as_str().to_string(),
+            );
+            node_labels.insert(labels::HOSTNAME.to_string(), i.claim.clone());
+            self.nodes.push(SimNode {
+                name: i.claim.clone(),
+                provider_id: i.provider_id.clone(),
+                instance_type: i.instance_type.clone(),
+                zone: i.zone.clone(),
+                capacity_type: i.capacity_type,
+                price: i.price_per_hour,
+                allocatable: t.allocatable.clone(),
+                labels: node_labels,
+                taints: Vec::new(),
+                created: self.now,
+                last_pod_event: self.now,
+            });
+            for w in 0..self.scenario.workloads.len() {
+                if self.scenario.workloads[w].kind == Kind::DaemonSet {
+                    self.new_pod(w, Some(i.claim.clone()));
+                }
+            }
+            let now = self.now;
+            for p in &mut self.pods {
+                if p.node.as_deref() == Some(i.claim.as_str()) && !p.running {
+                    p.running = true;
+                    if let Some(since) = p.pending_since.take() {
+                        self.latencies.push((now - since) as f64);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pending pods: placed on nodes with room, or on new nodes bought from the cloud.
+    async fn provision(&mut self, cloud: &SimulatedAzure) {
+        let pending = self.pending();
+        if pending.is_empty() {
+            return;
+        }
+        self.rounds += 1;
+        let input = Input {
+            pending,
+            nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
+            pools: vec![self.pool_now()],
+            daemon_sets: self.daemon_sets.clone(),
+        };
+        let plan = scheduling::schedule(
+            &input,
+            &Options {
+                name_prefix: format!("p{}-", self.rounds),
+                ..Options::default()
+            },
+        );
+        let now = self.now;
+        for placement in &plan.existing_nodes {
+            for key in &placement.pods {
+                if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
+                    p.node = Some(placement.node.clone());
+                    p.running = true;
+                    if let Some(since) = p.pending_since.take() {
+                        self.latencies.push((now - since) as f64);
+                    }
+                }
+            }
+            if let Some(n) = self.nodes.iter_mut().find(|n| n.name == placement.node) {
+                n.last_pod_event = now;
+            }
+        }
+        for claim in &plan.node_claims {
+            if let Ok(instance) = cloud.create(&launch_request(&input, claim)).await {
+                self.launching
+                    .insert(instance.claim.clone(), claim.labels.clone());
+                for key in &claim.pods {
+                    if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
+                        p.node = Some(instance.claim.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step of usage: histories learn, pods past their memory limit are OOM-killed.
+    fn usage(&mut self) -> (f64, f64) {
+        let i = ((self.now - self.scenario.start) / self.scenario.step).max(0) as usize;
+        let (mut cpu_used, mut mem_used) = (0.0, 0.0);
+        let mut killed = Vec::new();
+        for p in &mut self.pods {
+            if !p.running {
+                continue;
+            }
+            let trace = &self.scenario.workloads[p.workload].trace;
+            let (Some(cpu), Some(mem)) = (trace.cpu.get(i), trace.memory.get(i)) else {
+                continue;
+            };
+            let (cpu, mem) = (cpu * p.jitter, mem * p.jitter);
+            cpu_used += cpu;
+            mem_used += mem;
+            let h = &mut self.histories[p.workload];
+            h.add_cpu(self.now, cpu);
+            h.add_memory(self.now, mem);
+            if mem > p.memory_limit as f64 {
+                self.ooms += 1;
+                h.add_oom_with_request(self.now, mem, p.memory as f64);
+                killed.push(p.key.clone());
+            }
+        }
+        // Tailor reacts to an OOM kill at once: the workload's memory is bumped and the
+        // container restarts at the new size (in place when its node has room, otherwise
+        // the pod is recreated elsewhere).
+        if self.settings.mode == Mode::Autonomous {
+            for key in killed {
+                let Some(i) = self.pods.iter().position(|p| p.key == key) else {
+                    continue;
+                };
+                let w = self.pods[i].workload;
+                let next = self.resize_workload(w, true).unwrap_or(self.sizes[w]);
+                let left = self.resize_in_place(w, next);
+                // The killed container cannot restart at its old size: without room on
+                // its node, the pod is recreated elsewhere.
+                if left.contains(&key)
+                    && let Some(p) = self.pods.iter_mut().find(|p| p.key == key)
+                {
+                    p.cpu = next.cpu;
+                    p.memory = next.memory;
+                    p.memory_limit = next.memory_limit;
+                    p.node = None;
+                    p.running = false;
+                    p.pending_since = Some(self.now);
+                }
+            }
+        }
+        (cpu_used, mem_used)
+    }
+
+    /// Sizes workload `w` from its history now; with `oom`, only a memory increase is
+    /// taken. Returns the new size when it changed.
+    fn resize_workload(&mut self, w: usize, oom: bool) -> Option<Sizes> {
+        let s = self.sizes[w];
+        let current = Requests {
+            cpu: Some(s.cpu),
+            memory: Some(s.memory),
+            cpu_limit: None,
+            memory_limit: Some(s.memory_limit),
+        };
+        let r = recommend(
+            &self.histories[w],
+            current,
+            &self.settings.policy,
+            &self.context,
+            self.now,
+        );
+        let (Some(cpu), Some(memory)) = (r.recommended.cpu, r.recommended.memory) else {
+            return None;
+        };
+        let mut next = Sizes {
+            cpu,
+            memory,
+            memory_limit: r.recommended.memory_limit.unwrap_or(memory).max(memory),
+        };
+        if oom {
+            if next.memory <= s.memory {
+                return None;
+            }
+            next.cpu = s.cpu;
+        } else if !r.actionable || next == s {
+            return None;
+        }
+        self.sizes[w] = next;
+        Some(next)
+    }
+
+    /// A right-sizing round: recommendations for every workload; in autonomous mode the
+    /// actionable ones become the workload's size and running pods are resized in place
+    /// where their node has room.
+    fn rightsize(&mut self) -> usize {
+        let mut changed = 0;
+        for w in 0..self.scenario.workloads.len() {
+            let before = self.sizes[w];
+            let Some(next) = self.resize_workload(w, false) else {
+                continue;
+            };
+            changed += 1;
+            if self.settings.mode != Mode::Autonomous {
+                self.sizes[w] = before; // reported only
+                continue;
+            }
+            self.applied += 1;
+            self.resize_in_place(w, next);
+        }
+        changed
+    }
+
+    /// Resizes the running pods of workload `w` to `next` where their node has room;
+    /// pods not yet running take it at once. Returns the pods left at their old size.
+    fn resize_in_place(&mut self, w: usize, next: Sizes) -> Vec<String> {
+        let mut used: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for p in &self.pods {
+            if let Some(n) = &p.node {
+                let e = used.entry(n.clone()).or_default();
+                e.0 += p.cpu;
+                e.1 += p.memory;
+            }
+        }
+        let mut left = Vec::new();
+        for p in self.pods.iter_mut().filter(|p| p.workload == w) {
+            let node = p
+                .node
+                .as_deref()
+                .and_then(|n| self.nodes.iter().find(|x| x.name == n));
+            let fits = match node {
+                None => true, // pending, or on a node still starting: takes the new size
+                Some(node) => {
+                    let e = used.entry(node.name.clone()).or_default();
+                    let cpu_after = e.0 - p.cpu + next.cpu;
+                    let mem_after = e.1 - p.memory + next.memory;
+                    let ok = cpu_after <= node.allocatable.get(&Dimension::Cpu)
+                        && mem_after <= node.allocatable.get(&Dimension::Memory);
+                    if ok {
+                        *e = (cpu_after, mem_after);
+                    }
+                    ok
+                }
+            };
+            if fits {
+                p.cpu = next.cpu;
+                p.memory = next.memory;
+                p.memory_limit = next.memory_limit;
+            } else {
+                left.push(p.key.clone());
+            }
+        }
+        left
+    }
+
+    fn sample(&self, cpu_used: f64, mem_used: f64, cloud: &SimulatedAzure) -> Sample {
+        let mut nodes_by_type = BTreeMap::new();
+        for n in &self.nodes {
+            *nodes_by_type.entry(n.instance_type.clone()).or_default() += 1;
+        }
+        let scheduled = self.pods.iter().filter(|p| p.node.is_some());
+        let (cpu, mem) = scheduled.fold((0i64, 0i64), |a, p| (a.0 + p.cpu, a.1 + p.memory));
+        Sample {
+            t: self.now,
+            hourly_cost: cloud.hourly_cost(),
+            nodes_by_type,
+            cpu_requested: cpu as f64 / 1000.0,
+            cpu_used,
+            memory_requested: mem as f64 / GIB,
+            memory_used: mem_used / GIB,
+            recommendations_applied: self.applied,
+            pending: self.pods.iter().filter(|p| p.node.is_none()).count(),
+        }
+    }
+}
+
+impl Actuator for World<'_> {
+    fn taint(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
+        let result = match self.nodes.iter_mut().find(|n| n.name == node) {
+            Some(n) => {
+                n.taints.push(Taint {
+                    key: DISRUPTED_TAINT.to_string(),
+                    effect: "NoSchedule".to_string(),
+                    ..Taint::default()
+                });
+                Ok(())
+            }
+            None => Err(ActError::Failed(format!("node {node} not found"))),
+        };
+        ready(result)
+    }
+
+    fn evict(&mut self, pod: &str) -> impl Future<Output = Result<(), ActError>> + Send {
+        let now = self.now;
+        if let Some(i) = self.pods.iter().position(|p| p.key == pod) {
+            if let Some(n) = self.pods[i].node.clone()
+                && let Some(node) = self.nodes.iter_mut().find(|x| x.name == n)
+            {
+                node.last_pod_event = now;
+            }
+            if self.is_daemon(&self.pods[i]) {
+                self.pods.remove(i);
+            } else {
+                // The controller recreates it; it is pending until placed.
+                let sizes = self.sizes[self.pods[i].workload];
+                let p = &mut self.pods[i];
+                p.node = None;
+                p.running = false;
+                p.pending_since = Some(now);
+                p.cpu = sizes.cpu;
+                p.memory = sizes.memory;
+                p.memory_limit = sizes.memory_limit;
+                self.evicted += 1;
+            }
+        }
+        ready(Ok(()))
+    }
+
+    fn delete_node(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
+        self.nodes.retain(|n| n.name != node);
+        let now = self.now;
+        let workloads = &self.scenario.workloads;
+        self.pods.retain(|p| {
+            !(p.node.as_deref() == Some(node) && workloads[p.workload].kind == Kind::DaemonSet)
+        });
+        for p in &mut self.pods {
+            if p.node.as_deref() == Some(node) {
+                p.node = None;
+                p.running = false;
+                p.pending_since = Some(now);
+            }
+        }
+        ready(Ok(()))
+    }
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let i = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values[i.min(values.len() - 1)]
+}
+
+/// Runs `scenario` in one mode; `progress` is told the share done (0..1) now and then.
+pub async fn run(
+    scenario: &Scenario,
+    settings: &RunSettings,
+    instance_types: Vec<InstanceType>,
+    progress: &mut dyn FnMut(f64),
+) -> RunResult {
+    let start = Timestamp::from_second(scenario.start).unwrap_or(Timestamp::UNIX_EPOCH);
+    let clock = VirtualClock::new(start);
+    let cloud = SimulatedAzure::new(
+        Arc::new(clock.clone()),
+        instance_types.clone(),
+        SimSettings {
+            region: scenario.region.clone(),
+            ..SimSettings::default()
+        },
+    );
+    // The NodePool: general-purpose D and E sizes, v5/v6, on-demand.
+    let mut pool = default_pool(Vec::new());
+    for r in [
+        Requirement::one_of(labels::SKU_FAMILY, ["D", "E"]),
+        Requirement::one_of(labels::SKU_VERSION, ["5", "6"]),
+        Requirement::one_of(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_ON_DEMAND]),
+        Requirement::one_of(labels::ARCH, ["amd64"]),
+    ] {
+        pool.requirements = pool.requirements.with(r);
+    }
+    pool.instance_types = instance_types
+        .into_iter()
+        .filter(|t| pool.requirements.intersects(&t.requirements).is_ok())
+        .collect();
+    let templates: Vec<PodInfo> = scenario
+        .workloads
+        .iter()
+        .map(|w| pod_info(&w.namespace, &w.name, w.kind, &w.name))
+        .collect();
+    let daemon_sets = scenario
+        .workloads
+        .iter()
+        .filter(|w| w.kind == Kind::DaemonSet)
+        .map(|w| DaemonSetInfo {
+            key: format!("{}/{}", w.namespace, w.name),
+            requests: resources(w.cpu_request, w.memory_request),
+            node_requirements: Default::default(),
+            tolerations: Vec::new(),
+            host_ports: Vec::new(),
+        })
+        .collect();
+    let largest = pool
+        .instance_types
+        .iter()
+        .map(|t| {
+            (
+                t.allocatable.get(&Dimension::Cpu),
+                t.allocatable.get(&Dimension::Memory),
+            )
+        })
+        .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
+    let context = Context {
+        largest_node: Some(largest),
+        prices: Prices::from_instance_types(&pool.instance_types),
+        ..Context::default()
+    };
+    let mut world = World {
+        scenario,
+        settings,
+        pool,
+        templates,
+        daemon_sets,
+        nodes: Vec::new(),
+        pods: Vec::new(),
+        sizes: scenario
+            .workloads
+            .iter()
+            .map(|w| Sizes {
+                cpu: w.cpu_request,
+                memory: w.memory_request,
+                memory_limit: w.memory_limit,
+            })
+            .collect(),
+        next_ordinal: vec![0; scenario.workloads.len()],
+        launching: BTreeMap::new(),
+        histories: scenario
+            .workloads
+            .iter()
+            .map(|_| ContainerHistory::new(&settings.policy, scenario.start))
+            .collect(),
+        context,
+        now: scenario.start,
+        rounds: 0,
+        latencies: Vec::new(),
+        evicted: 0,
+        ooms: 0,
+        applied: 0,
+        pending_seconds: 0.0,
+    };
+    let mut disrupter = Disrupter::new(
+        cloud.clone(),
+        settings.mode,
+        settings.disruption.clone(),
+        SignedDuration::from_secs(15),
+    );
+    let end = scenario.start + i64::from(scenario.days) * 86_400;
+    let mut samples = Vec::new();
+    let mut recommended = 0usize;
+    let mut last_report = disruption::Report::default();
+    let steps = (end - scenario.start) / scenario.step;
+    for step in 0..steps {
+        world.now = scenario.start + step * scenario.step;
+        clock.set(Timestamp::from_second(world.now).unwrap_or(start));
+        world.register(&cloud).await;
+        if (world.now - scenario.start) % 3600 == 0 {
+            world.reconcile_workloads();
+        }
+        world.provision(&cloud).await;
+        let (cpu_used, mem_used) = world.usage();
+        let since = world.now - scenario.start;
+        if since >= 86_400 && since % settings.rightsizing_every == 0 {
+            recommended = world.rightsize();
+        }
+        if since % settings.disruption_every == 0 && !disrupter.busy() {
+            let view = world.view();
+            let report = disruption::evaluate(&view, &settings.disruption);
+            if settings.mode == Mode::Autonomous {
+                disrupter.submit(Clock::now(&clock), report.decisions.clone());
+            }
+            last_report = report;
+        }
+        // Launches and disruption move in finer steps than usage: nodes register as they
+        // come up; decisions validate, launch and drain.
+        for _ in 0..(scenario.step / 15).max(1) {
+            if !disrupter.busy() && world.launching.is_empty() {
+                break;
+            }
+            let view = world.view();
+            disrupter.tick(Clock::now(&clock), &view, &mut world).await;
+            world.register(&cloud).await;
+            clock.advance(Duration::from_secs(15));
+            world.now += 15;
+        }
+        world.now = scenario.start + step * scenario.step;
+        world.pending_seconds +=
+            world.pods.iter().filter(|p| !p.running).count() as f64 * scenario.step as f64;
+        if since % 3600 == 0 {
+            samples.push(world.sample(cpu_used, mem_used, &cloud));
+            progress((step + 1) as f64 / steps as f64);
+        }
+    }
+    let done: Vec<_> = disrupter
+        .commands()
+        .iter()
+        .filter(|c| c.phase == Phase::Done)
+        .collect();
+    let first = samples
+        .get(1)
+        .or(samples.first())
+        .cloned()
+        .unwrap_or_default();
+    let last = samples.last().cloned().unwrap_or_default();
+    let mut latencies = world.latencies.clone();
+    let summary = RunSummary {
+        nodes_start: first.nodes_by_type.values().sum(),
+        nodes_end: last.nodes_by_type.values().sum(),
+        hourly_cost_start: first.hourly_cost,
+        hourly_cost_end: last.hourly_cost,
+        total_cost: samples.iter().map(|s| s.hourly_cost).sum(),
+        cpu_requested_end: last.cpu_requested,
+        memory_requested_end: last.memory_requested,
+        recommendations: if settings.mode == Mode::Autonomous {
+            world.applied
+        } else {
+            recommended
+        },
+        decisions: if settings.mode == Mode::Autonomous {
+            done.len()
+        } else {
+            last_report.decisions.len()
+        },
+        consolidation_savings_per_hour: if settings.mode == Mode::Autonomous {
+            done.iter().map(|c| c.decision.savings_per_hour).sum()
+        } else {
+            last_report
+                .decisions
+                .iter()
+                .map(|d| d.savings_per_hour)
+                .sum()
+        },
+        pods_evicted: world.evicted,
+        oom_kills: world.ooms,
+        provisioning_p50_seconds: percentile(&mut latencies, 0.5),
+        provisioning_p99_seconds: percentile(&mut latencies, 0.99),
+        pending_pod_hours: world.pending_seconds / 3600.0,
+        launches: cloud.launches(),
+    };
+    RunResult {
+        mode: match settings.mode {
+            Mode::Autonomous => "autonomous".to_string(),
+            Mode::RecommendOnly => "recommend-only".to_string(),
+        },
+        samples,
+        summary,
+    }
+}

@@ -1,0 +1,83 @@
+//! The embedded demo, shortened: the simulated cluster runs recommend-only and then
+//! autonomous; autonomous must cost less without more OOM kills than the scenario
+//! tolerates, and the HTML report must hold its charts.
+
+#[path = "support/bin.rs"]
+mod bin;
+
+use bin::tailor;
+
+#[test]
+fn autonomous_costs_less_within_the_oom_tolerance_and_the_report_has_its_charts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = dir.path().join("demo.html");
+    let (ok, stdout, stderr) = tailor(&[
+        "demo",
+        "--days",
+        "2",
+        "--report",
+        report.to_str().expect("utf-8"),
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("autonomous:") && stderr.contains("% of 2 virtual days"),
+        "progress is shown: {stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON summary");
+    let ro = &v["recommendOnly"]["summary"];
+    let au = &v["autonomous"]["summary"];
+    let f = |x: &serde_json::Value| x.as_f64().expect("a number");
+    assert!(
+        f(&au["totalCost"]) < f(&ro["totalCost"]),
+        "autonomous spends less: {v}"
+    );
+    assert!(f(&au["hourlyCostEnd"]) < f(&ro["hourlyCostEnd"]));
+    assert!(
+        f(&au["cpuRequestedEnd"]) < f(&ro["cpuRequestedEnd"]),
+        "right-sizing applied"
+    );
+    assert!(f(&au["recommendations"]) > 0.0 && f(&au["decisions"]) > 0.0);
+    assert_eq!(
+        f(&ro["podsEvicted"]),
+        0.0,
+        "recommend-only disrupts nothing"
+    );
+    let tolerance = f(&v["oomTolerance"]);
+    assert!(
+        f(&au["oomKills"]) <= f(&ro["oomKills"]) + tolerance,
+        "OOM kills {} vs {} (tolerance {tolerance})",
+        au["oomKills"],
+        ro["oomKills"]
+    );
+    assert_eq!(
+        v["recommendOnly"]["samples"].as_array().map(Vec::len),
+        Some(48)
+    );
+
+    let html = std::fs::read_to_string(&report).expect("the report is written");
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(!html.contains("<script"), "self-contained");
+    for chart in [
+        "Cost ($/hour)",
+        "Nodes by type",
+        "CPU (cores): requested vs used",
+        "Memory (GiB): requested vs used",
+        "Recommendations applied",
+    ] {
+        assert!(html.contains(chart), "chart {chart:?} missing");
+    }
+    assert_eq!(html.matches("<svg").count(), 5);
+}
+
+#[test]
+fn a_bad_demo_flag_is_refused_naming_it() {
+    let (ok, stdout, stderr) = tailor(&["demo", "--days", "0"]);
+    assert!(!ok);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("--days") && stderr.contains('0'),
+        "{stderr}"
+    );
+}
