@@ -81,3 +81,62 @@ fn a_bad_demo_flag_is_refused_naming_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn serve_keeps_metrics_up_with_the_autonomous_run_recorded() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args([
+            "demo",
+            "--days",
+            "1",
+            "--serve",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--report")
+        .arg(dir.path().join("demo.html"))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tailor starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    // Wait for the run to end; /metrics stays up afterwards.
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        let over = line.contains("stays up");
+        seen.push(line);
+        if over {
+            break;
+        }
+    }
+    let mut body = String::new();
+    if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+        let _ = write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        );
+        let _ = s.read_to_string(&mut body);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter().any(|l| l.contains("serving /metrics")),
+        "{seen:?}"
+    );
+    assert!(body.contains("200 OK"), "{body}");
+    assert!(body.contains("tailor_nodeclaims_launched"), "{body}");
+    assert!(
+        body.contains("tailor_provisioning_duration_seconds"),
+        "{body}"
+    );
+}

@@ -346,6 +346,22 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
     options.include_spot = false;
     let types = Catalog::builtin()?.instance_types(&options)?;
     let metrics = crate::telemetry::Metrics::new(&opentelemetry::global::meter("tailor-demo"));
+    let ready = crate::server::Readiness::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // /metrics is up from the start, so Prometheus can watch the autonomous run live.
+    let server = args.serve.map(|addr| {
+        let (metrics, ready) = (metrics.clone(), ready.clone());
+        runtime.spawn(crate::server::serve(
+            addr,
+            metrics,
+            ready,
+            |bound| eprintln!("serving /metrics on http://{bound}/metrics"),
+            async move {
+                let _ = stopped.await;
+            },
+        ))
+    });
+    ready.set(true);
     let report = runtime.block_on(async {
         let mut runs = Vec::new();
         for mode in [Mode::RecommendOnly, Mode::Autonomous] {
@@ -362,10 +378,12 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
                     eprintln!("{name}: {pct:>3}% of {} virtual days", args.days);
                 }
             };
+            let recorded = (mode == Mode::Autonomous).then_some(&metrics);
             let result = world::run(
                 &scenario,
                 &RunSettings::for_mode(mode),
                 types.clone(),
+                recorded,
                 &mut progress,
             )
             .await;
@@ -381,17 +399,6 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
             autonomous,
         }
     });
-    // The autonomous run's final fleet, for /metrics.
-    if let Some(last) = report.autonomous.samples.last() {
-        for (ty, n) in &last.nodes_by_type {
-            let price = types
-                .iter()
-                .find(|t| &t.name == ty)
-                .and_then(|t| t.offerings.first())
-                .map_or(0.0, |o| o.price_per_hour);
-            metrics.set_node_cost("default", ty, "on-demand", price * *n as f64);
-        }
-    }
     std::fs::write(&args.report, html(&report))
         .map_err(|e| CliError::Input(format!("writing report {}: {e}", args.report.display())))?;
     eprintln!("report written to {}", args.report.display());
@@ -399,18 +406,27 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
         crate::report::render(args.output.output, &report, table).map_err(CliError::Encode)?;
     out.write_all(text.as_bytes())?;
     out.flush()?;
-    if let Some(addr) = args.serve {
-        let ready = crate::server::Readiness::default();
-        ready.set(true);
-        runtime.block_on(crate::server::serve(
-            addr,
-            metrics,
-            ready,
-            |bound| eprintln!("serving /metrics on http://{bound}/metrics; Ctrl-C to stop"),
-            async {
-                let _ = tokio::signal::ctrl_c().await;
-            },
-        ))?;
+    if let Some(server) = server {
+        if server.is_finished() {
+            // It could not bind (or stopped): say why instead of waiting for nothing.
+            return match runtime.block_on(server) {
+                Ok(Err(e)) => Err(e.into()),
+                Err(e) => Err(CliError::Input(format!("metrics server: {e}"))),
+                Ok(Ok(())) => Ok(()),
+            };
+        }
+        eprintln!("the run is over; /metrics stays up until interrupted (Ctrl-C)");
+        runtime.block_on(async {
+            let _ = tokio::signal::ctrl_c().await;
+        });
+        let _ = stop.send(());
+        match runtime.block_on(server) {
+            Ok(Err(e)) => return Err(e.into()),
+            Err(e) => return Err(CliError::Input(format!("metrics server: {e}"))),
+            Ok(Ok(())) => {}
+        }
+    } else {
+        drop(stop);
     }
     Ok(())
 }

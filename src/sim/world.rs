@@ -26,6 +26,7 @@ use crate::provisioning::{Mode, launch_request};
 use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
 use crate::scheduling::input::default_pool;
 use crate::scheduling::{self, DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
+use crate::telemetry::Metrics;
 
 const GIB: f64 = 1_073_741_824.0;
 
@@ -196,6 +197,9 @@ struct World<'a> {
     ooms: u64,
     applied: usize,
     pending_seconds: f64,
+    metrics: Option<Metrics>,
+    /// Node cost per size last reported to the metrics (to zero the ones gone).
+    reported_types: std::collections::BTreeSet<String>,
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
@@ -421,6 +425,9 @@ impl World<'_> {
                     p.running = true;
                     if let Some(since) = p.pending_since.take() {
                         self.latencies.push((now - since) as f64);
+                        if let Some(m) = &self.metrics {
+                            m.observe_provisioning("default", (now - since) as f64);
+                        }
                     }
                 }
             }
@@ -455,6 +462,9 @@ impl World<'_> {
                     p.running = true;
                     if let Some(since) = p.pending_since.take() {
                         self.latencies.push((now - since) as f64);
+                        if let Some(m) = &self.metrics {
+                            m.observe_provisioning("default", (now - since) as f64);
+                        }
                     }
                 }
             }
@@ -464,6 +474,14 @@ impl World<'_> {
         }
         for claim in &plan.node_claims {
             if let Ok(instance) = cloud.create(&launch_request(&input, claim)).await {
+                if let Some(m) = &self.metrics {
+                    m.nodeclaim_launched(
+                        &claim.node_pool,
+                        &instance.instance_type,
+                        instance.capacity_type.as_str(),
+                        &instance.zone,
+                    );
+                }
                 self.launching
                     .insert(instance.claim.clone(), claim.labels.clone());
                 for key in &claim.pods {
@@ -628,10 +646,25 @@ impl World<'_> {
         left
     }
 
-    fn sample(&self, cpu_used: f64, mem_used: f64, cloud: &SimulatedAzure) -> Sample {
+    fn sample(&mut self, cpu_used: f64, mem_used: f64, cloud: &SimulatedAzure) -> Sample {
         let mut nodes_by_type = BTreeMap::new();
+        let mut cost_by_type: BTreeMap<String, f64> = BTreeMap::new();
         for n in &self.nodes {
             *nodes_by_type.entry(n.instance_type.clone()).or_default() += 1;
+            *cost_by_type.entry(n.instance_type.clone()).or_default() += n.price;
+        }
+        if let Some(m) = &self.metrics {
+            for gone in self
+                .reported_types
+                .iter()
+                .filter(|t| !cost_by_type.contains_key(*t))
+            {
+                m.set_node_cost("default", gone, "on-demand", 0.0);
+            }
+            for (t, cost) in &cost_by_type {
+                m.set_node_cost("default", t, "on-demand", *cost);
+            }
+            self.reported_types = cost_by_type.keys().cloned().collect();
         }
         let scheduled = self.pods.iter().filter(|p| p.node.is_some());
         let (cpu, mem) = scheduled.fold((0i64, 0i64), |a, p| (a.0 + p.cpu, a.1 + p.memory));
@@ -692,6 +725,9 @@ impl Actuator for World<'_> {
     }
 
     fn delete_node(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
+        if let Some(m) = &self.metrics {
+            m.nodeclaim_terminated("default", "consolidation");
+        }
         self.nodes.retain(|n| n.name != node);
         let now = self.now;
         let workloads = &self.scenario.workloads;
@@ -719,10 +755,13 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 }
 
 /// Runs `scenario` in one mode; `progress` is told the share done (0..1) now and then.
+/// With `metrics`, launches, terminations, provisioning latency and node cost are
+/// recorded as they happen (what `/metrics` serves).
 pub async fn run(
     scenario: &Scenario,
     settings: &RunSettings,
     instance_types: Vec<InstanceType>,
+    metrics: Option<&Metrics>,
     progress: &mut dyn FnMut(f64),
 ) -> RunResult {
     let start = Timestamp::from_second(scenario.start).unwrap_or(Timestamp::UNIX_EPOCH);
@@ -813,6 +852,8 @@ pub async fn run(
         ooms: 0,
         applied: 0,
         pending_seconds: 0.0,
+        metrics: metrics.cloned(),
+        reported_types: Default::default(),
     };
     let mut disrupter = Disrupter::new(
         cloud.clone(),
@@ -840,7 +881,11 @@ pub async fn run(
         }
         if since % settings.disruption_every == 0 && !disrupter.busy() {
             let view = world.view();
+            let started = std::time::Instant::now();
             let report = disruption::evaluate(&view, &settings.disruption);
+            if let Some(m) = &world.metrics {
+                m.observe_decision("disruption", started.elapsed().as_secs_f64());
+            }
             if settings.mode == Mode::Autonomous {
                 disrupter.submit(Clock::now(&clock), report.decisions.clone());
             }
