@@ -104,6 +104,12 @@ pub fn table(r: &DemoReport) -> String {
     );
     row(
         &mut t,
+        "requests worth ($/hour, at end)",
+        format!("{:.2}", a.requests_value_per_hour),
+        format!("{:.2}", b.requests_value_per_hour),
+    );
+    row(
+        &mut t,
         "right-sizing recommendations",
         format!("{} reported", a.recommendations),
         format!("{} applied", b.recommendations),
@@ -161,7 +167,9 @@ pub fn table(r: &DemoReport) -> String {
     let saved = a.total_cost - b.total_cost;
     let _ = writeln!(
         out,
-        "\nautonomous spent ${saved:.0} less over the run ({:.0}%), ending at ${:.2}/hour instead of ${:.2}; OOM kills {} vs {} (tolerance +{}).",
+        "\nautonomous spent ${saved:.0} less over the run ({:.0}%), ending at ${:.2}/hour instead of ${:.2}.\n\
+         right-sizing: requests worth ${:.2}/hour less at the end; consolidation: {} decisions saving ${:.2}/hour as they were taken.\n\
+         OOM kills {} against {} (tolerance +{}); {} pods evicted.",
         if a.total_cost > 0.0 {
             saved / a.total_cost * 100.0
         } else {
@@ -169,9 +177,13 @@ pub fn table(r: &DemoReport) -> String {
         },
         b.hourly_cost_end,
         a.hourly_cost_end,
+        a.requests_value_per_hour - b.requests_value_per_hour,
+        b.decisions,
+        b.consolidation_savings_per_hour,
         b.oom_kills,
         a.oom_kills,
-        r.oom_tolerance
+        r.oom_tolerance,
+        b.pods_evicted
     );
     out
 }

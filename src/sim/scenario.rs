@@ -67,6 +67,10 @@ pub struct Scenario {
     pub step: i64,
     /// Workloads.
     pub workloads: Vec<Workload>,
+    /// Seconds after the start when a capacity outage begins and ends.
+    pub capacity_outage: (i64, i64),
+    /// The VM size that has no on-demand capacity in any zone during the outage.
+    pub capacity_outage_type: &'static str,
     /// OOM kills the autonomous run may add over the recommend-only run: one per
     /// workload. Sizing memory to observed peaks means a workload whose usage outgrows
     /// everything seen so far (a leak, a busier weekday, a burst no run had shown) is
@@ -144,6 +148,8 @@ impl Scenario {
             start,
             days,
             step,
+            capacity_outage: (30 * 3600, 42 * 3600),
+            capacity_outage_type: "Standard_D16as_v6",
             oom_tolerance: workloads.len() as u64,
             workloads,
         }

@@ -106,6 +106,9 @@ pub struct RunSummary {
     pub cpu_requested_end: f64,
     /// Requested memory at the end, GiB.
     pub memory_requested_end: f64,
+    /// USD per hour the requests at the end are worth (requested cores and GiB priced at
+    /// the catalog's median per-core and per-GiB rates).
+    pub requests_value_per_hour: f64,
     /// Recommendations applied over the run (autonomous), or waiting to be applied at
     /// the last round (recommend-only).
     pub recommendations: usize,
@@ -869,13 +872,32 @@ pub async fn run(
     for step in 0..steps {
         world.now = scenario.start + step * scenario.step;
         clock.set(Timestamp::from_second(world.now).unwrap_or(start));
+        // Azure runs out of the cheapest general-purpose size in one zone for half a day;
+        // launches fall back to the next candidates.
+        let since = world.now - scenario.start;
+        if since == scenario.capacity_outage.0 {
+            for zone in ["eastus-1", "eastus-2", "eastus-3"] {
+                cloud.inject_no_capacity(
+                    scenario.capacity_outage_type,
+                    zone,
+                    CapacityType::OnDemand,
+                );
+            }
+        } else if since == scenario.capacity_outage.1 {
+            for zone in ["eastus-1", "eastus-2", "eastus-3"] {
+                cloud.clear_no_capacity(
+                    scenario.capacity_outage_type,
+                    zone,
+                    CapacityType::OnDemand,
+                );
+            }
+        }
         world.register(&cloud).await;
         if (world.now - scenario.start) % 3600 == 0 {
             world.reconcile_workloads();
         }
         world.provision(&cloud).await;
         let (cpu_used, mem_used) = world.usage();
-        let since = world.now - scenario.start;
         if since >= 86_400 && since % settings.rightsizing_every == 0 {
             recommended = world.rightsize();
         }
@@ -931,6 +953,8 @@ pub async fn run(
         total_cost: samples.iter().map(|s| s.hourly_cost).sum(),
         cpu_requested_end: last.cpu_requested,
         memory_requested_end: last.memory_requested,
+        requests_value_per_hour: last.cpu_requested * world.context.prices.per_core_hour
+            + last.memory_requested * world.context.prices.per_gib_hour,
         recommendations: if settings.mode == Mode::Autonomous {
             world.applied
         } else {
