@@ -336,6 +336,57 @@ status: {nodeName: a}
 }
 
 #[test]
+fn a_node_on_an_old_image_has_drifted() {
+    let class = "---
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux}
+status:
+  images:
+  - id: /images/azurelinux-arm64/2026.11.20
+    requirements: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]
+  - id: /images/azurelinux/2026.11.20
+    requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]
+";
+    let claim = |image: &str| {
+        format!(
+            "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodeClaim
+metadata:
+  name: a-claim
+  labels: {{tailor.sh/nodepool: default}}
+spec:
+  nodeClassRef: {{group: karpenter.azure.com, kind: AKSNodeClass, name: default}}
+  requirements: []
+status: {{nodeName: a, imageID: {image}}}
+"
+        )
+    };
+    let base = format!(
+        "{POOL}{}{}{class}",
+        node("a", 10, ""),
+        pod("web-1", "a", "3", "")
+    );
+    let r = evaluate(&format!("{base}{}", claim("/images/azurelinux/2026.10.02")));
+    assert_eq!(r.decisions[0].method, Method::Drift, "{r:#?}");
+    assert!(
+        r.decisions[0]
+            .reason
+            .contains("/images/azurelinux/2026.11.20"),
+        "the amd64 image is the one that counts: {}",
+        r.decisions[0].reason
+    );
+    // On the latest image for its architecture, the node has not drifted.
+    let r = evaluate(&format!("{base}{}", claim("/images/azurelinux/2026.11.20")));
+    assert!(
+        r.decisions.iter().all(|d| d.method != Method::Drift),
+        "{r:#?}"
+    );
+}
+
+#[test]
 fn simulate_disruption_prints_the_documented_json() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("cluster.yaml");

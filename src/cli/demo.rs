@@ -152,6 +152,12 @@ pub fn table(r: &DemoReport) -> String {
     );
     row(
         &mut t,
+        "spot interruptions",
+        a.spot_interruptions.to_string(),
+        b.spot_interruptions.to_string(),
+    );
+    row(
+        &mut t,
         "pending pod-hours",
         format!("{:.1}", a.pending_pod_hours),
         format!("{:.1}", b.pending_pod_hours),
@@ -354,8 +360,7 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
         .enable_all()
         .build()?;
     let scenario = Scenario::mid_size(args.seed, args.days);
-    let mut options = CatalogOptions::for_region(&scenario.region);
-    options.include_spot = false;
+    let options = CatalogOptions::for_region(&scenario.region);
     let types = Catalog::builtin()?.instance_types(&options)?;
     let metrics = crate::telemetry::Metrics::new(&opentelemetry::global::meter("tailor-demo"));
     let ready = crate::server::Readiness::default();

@@ -130,7 +130,15 @@ fn label<'a>(l: &'a BTreeMap<String, String>, canonical: &str) -> Option<&'a str
 /// A stable hash (FNV-1a, 64 bits, hex) of a NodePool's node template: NodeClaims carry
 /// it in `tailor.sh/nodepool-hash`, and a claim whose hash differs has drifted.
 pub fn template_hash(pool: &NodePool) -> String {
-    let text = serde_json::to_string(&pool.spec.template).unwrap_or_default();
+    fnv_hex(&serde_json::to_string(&pool.spec.template).unwrap_or_default())
+}
+
+/// The same hash of an AKSNodeClass's spec (`tailor.sh/nodeclass-hash` on NodeClaims).
+pub fn node_class_hash(class: &crate::apis::AKSNodeClass) -> String {
+    fnv_hex(&serde_json::to_string(&class.spec).unwrap_or_default())
+}
+
+fn fnv_hex(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= u64::from(b);
@@ -265,6 +273,11 @@ impl Cluster {
                 pool_rules(np, now)?,
             );
         }
+        let classes: BTreeMap<&str, &crate::apis::AKSNodeClass> = snapshot
+            .node_classes
+            .iter()
+            .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+            .collect();
         let claims: BTreeMap<&str, &crate::apis::NodeClaim> = snapshot
             .node_claims
             .iter()
@@ -340,14 +353,46 @@ impl Cluster {
                 }) {
                     return Some("NodeClaim is marked Drifted".to_string());
                 }
-                let have = c
-                    .metadata
-                    .annotations
+                let annotations = c.metadata.annotations.as_ref();
+                if let Some(have) = annotations.and_then(|a| a.get(labels::NODE_POOL_HASH))
+                    && let Some(want) = pool
+                        .as_deref()
+                        .and_then(|p| rules.get(p))
+                        .map(|r| &r.template_hash)
+                    && have != want
+                {
+                    return Some(format!(
+                        "NodePool template changed (hash {have}, now {want})"
+                    ));
+                }
+                let class = classes.get(c.spec.node_class_ref.name.as_str())?;
+                if let Some(have) = annotations.and_then(|a| a.get(labels::NODE_CLASS_HASH)) {
+                    let want = node_class_hash(class);
+                    if *have != want {
+                        return Some(format!(
+                            "AKSNodeClass {} changed (hash {have}, now {want})",
+                            c.spec.node_class_ref.name
+                        ));
+                    }
+                }
+                // The newest image the class resolves for this node's labels.
+                let running = status?.image_id.as_deref()?;
+                let latest = class
+                    .status
                     .as_ref()?
-                    .get(labels::NODE_POOL_HASH)?;
-                let want = &rules.get(pool.as_deref()?)?.template_hash;
-                (have != want)
-                    .then(|| format!("NodePool template changed (hash {have}, now {want})"))
+                    .images
+                    .as_ref()?
+                    .iter()
+                    .find(|image| {
+                        let term = k8s_openapi::api::core::v1::NodeSelectorTerm {
+                            match_expressions: Some(image.requirements.clone()),
+                            match_fields: None,
+                        };
+                        crate::model::Requirements::from_node_selector_term(&term)
+                            .is_ok_and(|r| r.admits_labels(&n.labels))
+                    })?;
+                (latest.id != running)
+                    .then(|| format!("node image {running} is not the latest, {}", latest.id))
             });
             let provider_id = object
                 .and_then(|o| o.spec.as_ref()?.provider_id.clone())

@@ -30,6 +30,41 @@ use crate::telemetry::Metrics;
 
 const GIB: f64 = 1_073_741_824.0;
 
+/// The taint on the spot NodePool's nodes; only pods that tolerate it land there.
+const SPOT_TAINT: &str = "tailor.sh/spot";
+
+/// A NodePool of general-purpose D and E sizes (v5/v6, amd64) of one capacity type.
+fn node_pool(name: &str, capacity_type: &str, weight: i32, types: &[InstanceType]) -> Pool {
+    let requirements = crate::model::Requirements::new()
+        .with(Requirement::one_of(labels::CAPACITY_TYPE, [capacity_type]))
+        .with(Requirement::one_of(labels::OS, [labels::OS_LINUX]))
+        .with(Requirement::one_of(labels::NODE_POOL, [name]))
+        .with(Requirement::one_of(labels::SKU_FAMILY, ["D", "E"]))
+        .with(Requirement::one_of(labels::SKU_VERSION, ["5", "6"]))
+        .with(Requirement::one_of(labels::ARCH, ["amd64"]));
+    let taints = if capacity_type == labels::CAPACITY_TYPE_SPOT {
+        vec![Taint {
+            key: SPOT_TAINT.to_string(),
+            value: Some("true".to_string()),
+            effect: "NoSchedule".to_string(),
+            ..Taint::default()
+        }]
+    } else {
+        Vec::new()
+    };
+    let mut pool = default_pool(Vec::new());
+    pool.name = name.to_string();
+    pool.weight = weight;
+    pool.taints = taints;
+    pool.instance_types = types
+        .iter()
+        .filter(|t| requirements.intersects(&t.requirements).is_ok())
+        .cloned()
+        .collect();
+    pool.requirements = requirements;
+    pool
+}
+
 /// How one run behaves.
 #[derive(Debug, Clone)]
 pub struct RunSettings {
@@ -129,6 +164,8 @@ pub struct RunSummary {
     pub pending_pod_hours: f64,
     /// Nodes launched.
     pub launches: u64,
+    /// Spot VMs reclaimed by the cloud (their pods rescheduled).
+    pub spot_interruptions: u64,
 }
 
 /// One run's result.
@@ -182,7 +219,8 @@ struct Sizes {
 struct World<'a> {
     scenario: &'a Scenario,
     settings: &'a RunSettings,
-    pool: Pool,
+    /// NodePools: on-demand `default`, and `spot` (tainted; batch Jobs tolerate it).
+    pools: Vec<Pool>,
     templates: Vec<PodInfo>,
     daemon_sets: Vec<DaemonSetInfo>,
     nodes: Vec<SimNode>,
@@ -200,9 +238,10 @@ struct World<'a> {
     ooms: u64,
     applied: usize,
     pending_seconds: f64,
+    spot_interruptions: u64,
     metrics: Option<Metrics>,
-    /// Node cost per size last reported to the metrics (to zero the ones gone).
-    reported_types: std::collections::BTreeSet<String>,
+    /// (pool, size, capacity type) whose cost was last reported (to zero the ones gone).
+    reported_types: std::collections::BTreeSet<(String, String, String)>,
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
@@ -260,10 +299,17 @@ impl World<'_> {
         }
     }
 
-    fn pool_now(&self) -> Pool {
-        let mut pool = self.pool.clone();
-        pool.nodes_in_use = (self.nodes.len() + self.launching.len()) as i64;
-        pool
+    fn pools_now(&self) -> Vec<Pool> {
+        let mut pools = self.pools.clone();
+        for pool in &mut pools {
+            let owned = |l: &BTreeMap<String, String>| {
+                l.get(labels::NODE_POOL).is_some_and(|p| *p == pool.name)
+            };
+            pool.nodes_in_use = (self.nodes.iter().filter(|n| owned(&n.labels)).count()
+                + self.launching.values().filter(|l| owned(l)).count())
+                as i64;
+        }
+        pools
     }
 
     fn pending(&self) -> Vec<PodInfo> {
@@ -290,14 +336,14 @@ impl World<'_> {
             input: Input {
                 pending: self.pending(),
                 nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
-                pools: vec![self.pool_now()],
+                pools: self.pools_now(),
                 daemon_sets: self.daemon_sets.clone(),
             },
             nodes: self
                 .nodes
                 .iter()
                 .map(|n| NodeMeta {
-                    pool: Some(self.pool.name.clone()),
+                    pool: n.labels.get(labels::NODE_POOL).cloned(),
                     instance_type: n.instance_type.clone(),
                     zone: n.zone.clone(),
                     capacity_type: Some(n.capacity_type),
@@ -311,7 +357,11 @@ impl World<'_> {
                 .collect(),
             do_not_disrupt: Default::default(),
             pdbs: Vec::new(),
-            rules: BTreeMap::from([(self.pool.name.clone(), rules)]),
+            rules: self
+                .pools
+                .iter()
+                .map(|p| (p.name.clone(), rules.clone()))
+                .collect(),
             now: self.now,
         }
     }
@@ -380,21 +430,46 @@ impl World<'_> {
         let Ok(instances) = cloud.list().await else {
             return;
         };
+        // Nodes whose VM is gone (a spot VM reclaimed, or deleted) leave the cluster.
+        let alive: std::collections::BTreeSet<&str> = instances
+            .iter()
+            .filter(|i| i.state == InstanceState::Running)
+            .map(|i| i.claim.as_str())
+            .collect();
+        let gone: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| !alive.contains(n.name.as_str()))
+            .map(|n| n.name.clone())
+            .collect();
+        for name in gone {
+            self.remove_node(&name);
+        }
         for i in instances {
             if i.state != InstanceState::Running || self.nodes.iter().any(|n| n.name == i.claim) {
                 continue;
             }
-            let Some(t) = self
-                .pool
+            let pool_name = self
+                .launching
+                .get(&i.claim)
+                .and_then(|l| l.get(labels::NODE_POOL))
+                .or_else(|| i.tags.get("tailor.sh_nodepool"))
+                .cloned()
+                .unwrap_or_default();
+            let Some(pool) = self.pools.iter().find(|p| p.name == pool_name) else {
+                continue;
+            };
+            let Some(t) = pool
                 .instance_types
                 .iter()
                 .find(|t| t.name == i.instance_type)
             else {
                 continue;
             };
+            let (allocatable, taints) = (t.allocatable.clone(), pool.taints.clone());
             let mut node_labels = self.launching.remove(&i.claim).unwrap_or_else(|| {
                 let mut l = t.requirements.single_valued_labels();
-                l.insert(labels::NODE_POOL.to_string(), self.pool.name.clone());
+                l.insert(labels::NODE_POOL.to_string(), pool_name.clone());
                 l
             });
             node_labels.insert(labels::INSTANCE_TYPE.to_string(), i.instance_type.clone());
@@ -411,12 +486,24 @@ impl World<'_> {
                 zone: i.zone.clone(),
                 capacity_type: i.capacity_type,
                 price: i.price_per_hour,
-                allocatable: t.allocatable.clone(),
+                allocatable,
                 labels: node_labels,
-                taints: Vec::new(),
+                taints,
                 created: self.now,
                 last_pod_event: self.now,
             });
+            if i.capacity_type == CapacityType::Spot {
+                // A quarter of spot VMs are reclaimed within 1-11 hours of starting.
+                let h = i.claim.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+                });
+                if h % 4 == 0 {
+                    let at = self.now + 3600 + (h / 4 % 36_000) as i64;
+                    if let Ok(at) = Timestamp::from_second(at) {
+                        cloud.schedule_spot_interruption(&i.provider_id, at);
+                    }
+                }
+            }
             for w in 0..self.scenario.workloads.len() {
                 if self.scenario.workloads[w].kind == Kind::DaemonSet {
                     self.new_pod(w, Some(i.claim.clone()));
@@ -437,6 +524,57 @@ impl World<'_> {
         }
     }
 
+    /// Removes a node: its DaemonSet pods go with it, the others are pending again.
+    fn remove_node(&mut self, node: &str) {
+        self.nodes.retain(|n| n.name != node);
+        let now = self.now;
+        let workloads = &self.scenario.workloads;
+        self.pods.retain(|p| {
+            !(p.node.as_deref() == Some(node) && workloads[p.workload].kind == Kind::DaemonSet)
+        });
+        for p in &mut self.pods {
+            if p.node.as_deref() == Some(node) {
+                p.node = None;
+                p.running = false;
+                p.pending_since = Some(now);
+            }
+        }
+    }
+
+    /// Spot interruption notices: the node is cordoned and drained at once (its pods are
+    /// pending again and get new nodes); the cloud reclaims the VM at the deadline.
+    async fn interruptions(&mut self, cloud: &SimulatedAzure) {
+        let Ok(notices) = cloud.interruptions().await else {
+            return;
+        };
+        for notice in notices {
+            let Some(node) = self
+                .nodes
+                .iter_mut()
+                .find(|n| n.provider_id == notice.provider_id)
+            else {
+                continue;
+            };
+            node.taints.push(Taint {
+                key: DISRUPTED_TAINT.to_string(),
+                effect: "NoSchedule".to_string(),
+                ..Taint::default()
+            });
+            let name = node.name.clone();
+            self.spot_interruptions += 1;
+            let now = self.now;
+            for p in &mut self.pods {
+                if p.node.as_deref() == Some(name.as_str())
+                    && self.scenario.workloads[p.workload].kind != Kind::DaemonSet
+                {
+                    p.node = None;
+                    p.running = false;
+                    p.pending_since = Some(now);
+                }
+            }
+        }
+    }
+
     /// Pending pods: placed on nodes with room, or on new nodes bought from the cloud.
     async fn provision(&mut self, cloud: &SimulatedAzure) {
         let pending = self.pending();
@@ -447,7 +585,7 @@ impl World<'_> {
         let input = Input {
             pending,
             nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
-            pools: vec![self.pool_now()],
+            pools: self.pools_now(),
             daemon_sets: self.daemon_sets.clone(),
         };
         let plan = scheduling::schedule(
@@ -651,21 +789,27 @@ impl World<'_> {
 
     fn sample(&mut self, cpu_used: f64, mem_used: f64, cloud: &SimulatedAzure) -> Sample {
         let mut nodes_by_type = BTreeMap::new();
-        let mut cost_by_type: BTreeMap<String, f64> = BTreeMap::new();
+        let mut cost_by_type: BTreeMap<(String, String, String), f64> = BTreeMap::new();
         for n in &self.nodes {
             *nodes_by_type.entry(n.instance_type.clone()).or_default() += 1;
-            *cost_by_type.entry(n.instance_type.clone()).or_default() += n.price;
+            let pool = n.labels.get(labels::NODE_POOL).cloned().unwrap_or_default();
+            let key = (
+                pool,
+                n.instance_type.clone(),
+                n.capacity_type.as_str().to_string(),
+            );
+            *cost_by_type.entry(key).or_default() += n.price;
         }
         if let Some(m) = &self.metrics {
-            for gone in self
+            for (pool, t, capacity) in self
                 .reported_types
                 .iter()
-                .filter(|t| !cost_by_type.contains_key(*t))
+                .filter(|k| !cost_by_type.contains_key(*k))
             {
-                m.set_node_cost("default", gone, "on-demand", 0.0);
+                m.set_node_cost(pool, t, capacity, 0.0);
             }
-            for (t, cost) in &cost_by_type {
-                m.set_node_cost("default", t, "on-demand", *cost);
+            for ((pool, t, capacity), cost) in &cost_by_type {
+                m.set_node_cost(pool, t, capacity, *cost);
             }
             self.reported_types = cost_by_type.keys().cloned().collect();
         }
@@ -731,19 +875,7 @@ impl Actuator for World<'_> {
         if let Some(m) = &self.metrics {
             m.nodeclaim_terminated("default", "consolidation");
         }
-        self.nodes.retain(|n| n.name != node);
-        let now = self.now;
-        let workloads = &self.scenario.workloads;
-        self.pods.retain(|p| {
-            !(p.node.as_deref() == Some(node) && workloads[p.workload].kind == Kind::DaemonSet)
-        });
-        for p in &mut self.pods {
-            if p.node.as_deref() == Some(node) {
-                p.node = None;
-                p.running = false;
-                p.pending_since = Some(now);
-            }
-        }
+        self.remove_node(node);
         ready(Ok(()))
     }
 }
@@ -777,24 +909,32 @@ pub async fn run(
             ..SimSettings::default()
         },
     );
-    // The NodePool: general-purpose D and E sizes, v5/v6, on-demand.
-    let mut pool = default_pool(Vec::new());
-    for r in [
-        Requirement::one_of(labels::SKU_FAMILY, ["D", "E"]),
-        Requirement::one_of(labels::SKU_VERSION, ["5", "6"]),
-        Requirement::one_of(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_ON_DEMAND]),
-        Requirement::one_of(labels::ARCH, ["amd64"]),
-    ] {
-        pool.requirements = pool.requirements.with(r);
-    }
-    pool.instance_types = instance_types
-        .into_iter()
-        .filter(|t| pool.requirements.intersects(&t.requirements).is_ok())
-        .collect();
+    let pools = vec![
+        node_pool("spot", labels::CAPACITY_TYPE_SPOT, 10, &instance_types),
+        node_pool(
+            "default",
+            labels::CAPACITY_TYPE_ON_DEMAND,
+            0,
+            &instance_types,
+        ),
+    ];
     let templates: Vec<PodInfo> = scenario
         .workloads
         .iter()
-        .map(|w| pod_info(&w.namespace, &w.name, w.kind, &w.name))
+        .map(|w| {
+            let mut info = pod_info(&w.namespace, &w.name, w.kind, &w.name);
+            if w.kind == Kind::Job {
+                // Batch work runs on spot when there is spot.
+                info.tolerations
+                    .push(k8s_openapi::api::core::v1::Toleration {
+                        key: Some(SPOT_TAINT.to_string()),
+                        operator: Some("Exists".to_string()),
+                        effect: Some("NoSchedule".to_string()),
+                        ..Default::default()
+                    });
+            }
+            info
+        })
         .collect();
     let daemon_sets = scenario
         .workloads
@@ -808,9 +948,9 @@ pub async fn run(
             host_ports: Vec::new(),
         })
         .collect();
-    let largest = pool
-        .instance_types
+    let largest = pools
         .iter()
+        .flat_map(|p| p.instance_types.iter())
         .map(|t| {
             (
                 t.allocatable.get(&Dimension::Cpu),
@@ -820,13 +960,13 @@ pub async fn run(
         .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
     let context = Context {
         largest_node: Some(largest),
-        prices: Prices::from_instance_types(&pool.instance_types),
+        prices: Prices::from_instance_types(&pools[1].instance_types),
         ..Context::default()
     };
     let mut world = World {
         scenario,
         settings,
-        pool,
+        pools,
         templates,
         daemon_sets,
         nodes: Vec::new(),
@@ -855,6 +995,7 @@ pub async fn run(
         ooms: 0,
         applied: 0,
         pending_seconds: 0.0,
+        spot_interruptions: 0,
         metrics: metrics.cloned(),
         reported_types: Default::default(),
     };
@@ -892,6 +1033,7 @@ pub async fn run(
                 );
             }
         }
+        world.interruptions(&cloud).await;
         world.register(&cloud).await;
         if (world.now - scenario.start) % 3600 == 0 {
             world.reconcile_workloads();
@@ -980,6 +1122,7 @@ pub async fn run(
         provisioning_p99_seconds: percentile(&mut latencies, 0.99),
         pending_pod_hours: world.pending_seconds / 3600.0,
         launches: cloud.launches(),
+        spot_interruptions: world.spot_interruptions,
     };
     RunResult {
         mode: match settings.mode {
