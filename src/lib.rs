@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod cloud;
+pub mod controllers;
 pub mod disruption;
 pub mod model;
 pub mod provisioning;

@@ -9,8 +9,20 @@ use tailor::telemetry::{Telemetry, TelemetrySettings};
 
 fn main() -> anyhow::Result<()> {
     let Cli { log, command } = Cli::parse();
+    // The agent logs in the format it is told and pushes OTLP when a collector is set.
+    let (json_logs, otlp_endpoint) = match &command {
+        cli::Command::Run(args) => (
+            args.log_format == cli::run::LogFormat::Json,
+            std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .ok()
+                .filter(|e| !e.is_empty()),
+        ),
+        _ => (false, None),
+    };
     let telemetry = Telemetry::init(&TelemetrySettings {
         log_filter: Some(log),
+        json_logs,
+        otlp_endpoint,
         ..TelemetrySettings::default()
     })
     .context("setting up logging")?;

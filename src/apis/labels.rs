@@ -64,6 +64,19 @@ pub const UNREGISTERED_TAINT_KEY: &str = "tailor.sh/unregistered";
 /// Finalizer that holds a NodeClaim or node until its VM has been deleted.
 pub const TERMINATION_FINALIZER: &str = "tailor.sh/termination";
 
+/// Cloud tag (Azure tag keys cannot hold `/`) naming the NodePool an instance was launched for.
+pub const TAG_NODEPOOL: &str = "tailor.sh_nodepool";
+/// Cloud tag naming the NodeClaim an instance was launched for.
+pub const TAG_NODECLAIM: &str = "tailor.sh_nodeclaim";
+/// Cloud tag naming the cluster an instance was launched for.
+pub const TAG_CLUSTER: &str = "tailor.sh_cluster";
+/// Annotation on a NodeClaim saying why Tailor deleted it (a disruption method, `liveness`),
+/// for the termination metric.
+pub const TERMINATION_REASON_ANNOTATION: &str = "tailor.sh/termination-reason";
+/// Annotation on a NodePool (`recommend` or `autonomous`) overriding the agent's global mode
+/// for the nodes of that pool.
+pub const MODE_ANNOTATION: &str = "tailor.sh/mode";
+
 /// Value of [`CAPACITY_TYPE`] for Azure spot VMs.
 pub const CAPACITY_TYPE_SPOT: &str = "spot";
 /// Value of [`CAPACITY_TYPE`] for regular pay-as-you-go VMs.

@@ -6,6 +6,7 @@ pub mod crds;
 pub mod demo;
 pub mod recommend;
 mod recommend_html;
+pub mod run;
 pub mod simulate;
 
 use std::io::Write;
@@ -48,6 +49,9 @@ pub enum Command {
     /// Run the whole loop on a simulated AKS cluster (no cluster needed): the same week in
     /// recommend-only mode, then autonomous, with a summary and an HTML report.
     Demo(demo::DemoArgs),
+    /// Run the in-cluster agent: provision nodes for pending pods, manage their lifecycle
+    /// and consolidate them (autonomous mode), or report what it would do (recommend mode).
+    Run(Box<run::RunArgs>),
 }
 
 /// Why a command failed.
@@ -98,6 +102,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Simulate(args) => simulate::run(args, out),
         Command::Recommend(args) => recommend::run(*args, out),
         Command::Demo(args) => demo::run(args, out),
+        Command::Run(args) => run::run(*args, out),
     }
 }
 

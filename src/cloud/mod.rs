@@ -3,6 +3,7 @@
 //! demo, tests and benchmarks; the Azure Resource Manager implementation slots in beside
 //! it.
 
+pub mod kwok;
 pub mod sim;
 pub mod unavailable;
 

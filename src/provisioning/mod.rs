@@ -266,8 +266,14 @@ pub fn launch_request(input: &Input, claim: &PlannedNodeClaim) -> LaunchRequest 
         node_pool: claim.node_pool.clone(),
         candidates,
         tags: BTreeMap::from([
-            ("tailor.sh_nodepool".to_string(), claim.node_pool.clone()),
-            ("tailor.sh_nodeclaim".to_string(), claim.name.clone()),
+            (
+                crate::apis::labels::TAG_NODEPOOL.to_string(),
+                claim.node_pool.clone(),
+            ),
+            (
+                crate::apis::labels::TAG_NODECLAIM.to_string(),
+                claim.name.clone(),
+            ),
         ]),
     }
 }

@@ -38,6 +38,8 @@ struct Otel {
     decision: OtelHistogram<f64>,
     snapshot_objects: OtelGauge<u64>,
     catalog_types: OtelGauge<u64>,
+    evictions: OtelCounter<u64>,
+    leader: OtelGauge<u64>,
 }
 
 impl Otel {
@@ -62,6 +64,8 @@ impl Otel {
                 .build(),
             snapshot_objects: meter.u64_gauge(names::SNAPSHOT_OBJECTS).build(),
             catalog_types: meter.u64_gauge(names::CATALOG_INSTANCE_TYPES).build(),
+            evictions: meter.u64_counter(names::EVICTIONS).build(),
+            leader: meter.u64_gauge(names::LEADER).build(),
         }
     }
 }
@@ -85,6 +89,8 @@ pub struct Metrics {
     decision: Family<Labels, Histogram, fn() -> Histogram>,
     snapshot_objects: Family<Labels, Gauge>,
     catalog_types: Family<Labels, Gauge>,
+    evictions: Counter,
+    leader: Gauge,
     otel: Arc<Otel>,
 }
 
@@ -110,6 +116,8 @@ impl Metrics {
             decision: Family::new_with_constructor(decision_histogram),
             snapshot_objects: Family::default(),
             catalog_types: Family::default(),
+            evictions: Counter::default(),
+            leader: Gauge::default(),
             otel: Arc::new(Otel::new(meter)),
         };
         registry.register(
@@ -151,6 +159,16 @@ impl Metrics {
             names::CATALOG_INSTANCE_TYPES,
             "Instance types the catalog offers",
             m.catalog_types.clone(),
+        );
+        registry.register(
+            names::EVICTIONS,
+            "Pods evicted through the Eviction API while draining nodes",
+            m.evictions.clone(),
+        );
+        registry.register(
+            names::LEADER,
+            "1 while this replica holds the leader lease, else 0",
+            m.leader.clone(),
         );
         Metrics {
             registry: Arc::new(registry),
@@ -241,6 +259,18 @@ impl Metrics {
         let n = i64::try_from(count).unwrap_or(i64::MAX);
         self.catalog_types.get_or_create(&l).set(n);
         self.otel.catalog_types.record(count as u64, &kv(&l));
+    }
+
+    /// Counts a pod evicted while draining a node.
+    pub fn eviction(&self) {
+        self.evictions.inc();
+        self.otel.evictions.add(1, &[]);
+    }
+
+    /// Records whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+        self.otel.leader.record(u64::from(leader), &[]);
     }
 
     /// The Prometheus text exposition of every metric.

@@ -21,6 +21,11 @@ pub const SNAPSHOT_OBJECTS: &str = "tailor_snapshot_objects";
 /// Instance types the catalog offers, by capacity type (gauge).
 pub const CATALOG_INSTANCE_TYPES: &str = "tailor_catalog_instance_types";
 
+/// Pods evicted while draining nodes (counter).
+pub const EVICTIONS: &str = "tailor_evictions";
+/// 1 while this replica holds the leader lease (gauge).
+pub const LEADER: &str = "tailor_leader";
+
 /// Label keys. Values are always bounded sets (no pod names, no free text).
 pub mod label {
     /// Tailor version.

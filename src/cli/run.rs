@@ -1,0 +1,375 @@
+//! `tailor run`: the in-cluster agent. Watches the cluster, elects a leader through a
+//! Lease, and runs the controllers (provisioning, NodeClaim lifecycle, garbage collection);
+//! serves `/metrics`, `/healthz` and `/readyz`. Followers keep warm caches and stay ready;
+//! only the leader writes.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use kube::Client;
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::{CatalogSourceArgs, CliError, Result};
+use crate::clock::{Clock, SystemClock};
+use crate::cloud::kwok::{KwokCloud, KwokSettings, parse_offering};
+use crate::controllers::{self, Context, Settings, State, Writer};
+use crate::provisioning::Mode;
+use crate::server::Readiness;
+use crate::telemetry::Metrics;
+
+/// The cloud the agent buys nodes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudArg {
+    /// Fake nodes in the cluster itself, run by KWOK or Tailor's kubelet stand-in (tests).
+    Kwok,
+    /// Azure Resource Manager.
+    Azure,
+}
+
+/// The agent's global mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Decide and report every decision with its price; change nothing.
+    Recommend,
+    /// Act on the decisions.
+    Autonomous,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `tailor run` settings.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Kubeconfig file; without it, the in-cluster service account.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The cluster's name: tagged on every instance, so garbage collection touches only
+    /// this cluster's.
+    #[arg(long, env = "TAILOR_CLUSTER_NAME", default_value = "tailor")]
+    pub cluster_name: String,
+
+    /// Catalog, region and zones.
+    #[command(flatten)]
+    pub catalog: CatalogSourceArgs,
+
+    /// Where nodes come from.
+    #[arg(long, env = "TAILOR_CLOUD", value_enum, default_value = "kwok")]
+    pub cloud: CloudArg,
+
+    /// Global mode; a NodePool's `tailor.sh/mode` annotation overrides it for its nodes.
+    #[arg(long, env = "TAILOR_MODE", value_enum, default_value = "recommend")]
+    pub mode: ModeArg,
+
+    /// Address of the Prometheus `/metrics` endpoint.
+    #[arg(long, env = "TAILOR_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub metrics_address: SocketAddr,
+
+    /// Address of `/healthz` and `/readyz`.
+    #[arg(long, env = "TAILOR_HEALTH_ADDRESS", default_value = "0.0.0.0:8081")]
+    pub health_address: SocketAddr,
+
+    /// Namespace of the leader-election Lease (default: the pod's namespace, else `default`).
+    #[arg(long, env = "TAILOR_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "TAILOR_LEADER_ELECTION_NAME",
+        default_value = "tailor-leader"
+    )]
+    pub leader_election_name: String,
+
+    /// Close a provisioning batch after this long without a new pending pod.
+    #[arg(long, env = "TAILOR_BATCH_IDLE", default_value = "1s", value_parser = parse_std_duration)]
+    pub batch_idle: Duration,
+
+    /// Close a provisioning batch this long after it opened.
+    #[arg(long, env = "TAILOR_BATCH_MAX", default_value = "10s", value_parser = parse_std_duration)]
+    pub batch_max: Duration,
+
+    /// Log format.
+    #[arg(long, env = "TAILOR_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// `--cloud kwok`: delay between a launch and the Node's creation.
+    #[arg(long, env = "TAILOR_KWOK_LAUNCH_DELAY", default_value = "0s", value_parser = parse_std_duration)]
+    pub kwok_launch_delay: Duration,
+
+    /// `--cloud kwok`: offerings that fail with insufficient capacity, as
+    /// `TYPE/ZONE/CAPACITY-TYPE` (comma-separated or repeated), to exercise fallbacks.
+    #[arg(long, env = "TAILOR_KWOK_NO_CAPACITY", value_delimiter = ',', value_parser = parse_offering)]
+    pub kwok_no_capacity: Vec<(String, String, crate::model::CapacityType)>,
+
+    /// How long an offering that failed for lack of capacity is not tried again.
+    #[arg(long, env = "TAILOR_UNAVAILABLE_OFFERINGS_TTL", default_value = "3m", value_parser = parse_std_duration)]
+    pub unavailable_offerings_ttl: Duration,
+
+    /// How often garbage collection looks for instances without a NodeClaim.
+    #[arg(long, env = "TAILOR_GC_INTERVAL", default_value = "30s", value_parser = parse_std_duration)]
+    pub gc_interval: Duration,
+}
+
+/// Parses a Go-style duration (`1s`, `500ms`, `3m`) into a non-negative std duration.
+fn parse_std_duration(s: &str) -> std::result::Result<Duration, String> {
+    let d = if let Some(ms) = s.strip_suffix("ms") {
+        ms.parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 1s, 3m)"))?
+    } else {
+        let d = crate::apis::duration::parse_duration(s).map_err(|e| e.to_string())?;
+        Duration::try_from(d).map_err(|_| format!("{s:?} must not be negative"))?
+    };
+    Ok(d)
+}
+
+/// The identity this replica campaigns under: `$POD_NAME` (the chart passes it through the
+/// downward API), else the hostname with a random suffix.
+fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "tailor".to_string());
+    format!("{host}-{:08x}", rand::random::<u32>())
+}
+
+/// Runs the agent until SIGINT or SIGTERM.
+pub fn run(args: RunArgs, out: &mut dyn Write) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Io)?;
+    runtime.block_on(agent(args, out))
+}
+
+async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
+    let RunArgs {
+        kubeconfig,
+        cluster_name,
+        catalog,
+        cloud,
+        mode,
+        metrics_address,
+        health_address,
+        leader_election_namespace,
+        leader_election_name,
+        batch_idle,
+        batch_max,
+        log_format: _,
+        kwok_launch_delay,
+        kwok_no_capacity,
+        unavailable_offerings_ttl,
+        gc_interval,
+    } = args;
+    let (catalog, catalog_options) = catalog.load()?;
+    let types = catalog.instance_types(&catalog_options)?;
+    let file = kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
+    let (client, server) = crate::state::cluster::client(file, None)
+        .await
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let metrics = Metrics::new(&opentelemetry::global::meter("tailor"));
+    let ready = Readiness::default();
+    let mut tasks = JoinSet::new();
+    serve(
+        &mut tasks,
+        metrics_address,
+        health_address,
+        &metrics,
+        &ready,
+    )
+    .await?;
+
+    let identity = identity();
+    let namespace = leader_election_namespace
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
+        .unwrap_or_else(|| "default".to_string());
+    let leader = elect(
+        &client,
+        &mut tasks,
+        &namespace,
+        &leader_election_name,
+        &identity,
+        &metrics,
+    )
+    .await?;
+
+    let state = State::start(&client, &mut tasks);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let settings = Settings {
+        mode: match mode {
+            ModeArg::Recommend => Mode::RecommendOnly,
+            ModeArg::Autonomous => Mode::Autonomous,
+        },
+        cluster_name: cluster_name.clone(),
+        batch_idle,
+        batch_max,
+        gc_interval,
+        ..Settings::default()
+    };
+    let writer = Writer::new(client.clone(), leader.clone(), &identity);
+    match cloud {
+        CloudArg::Kwok => {
+            let cloud = KwokCloud::new(
+                client.clone(),
+                clock.clone(),
+                types,
+                KwokSettings {
+                    cluster_name,
+                    launch_delay: kwok_launch_delay,
+                    no_capacity: kwok_no_capacity.into_iter().collect(),
+                    unavailable_ttl: jiff::SignedDuration::try_from(unavailable_offerings_ttl)
+                        .unwrap_or(jiff::SignedDuration::from_mins(3)),
+                },
+            );
+            let ctx = Arc::new(Context {
+                state: state.clone(),
+                writer,
+                cloud,
+                metrics: metrics.clone(),
+                clock,
+                catalog,
+                catalog_options,
+                settings,
+            });
+            controllers::run(ctx, &mut tasks);
+        }
+        CloudArg::Azure => {
+            return Err(CliError::InvalidFlag {
+                flag: "--cloud",
+                reason: "azure: the Azure provider is not part of this build yet; use --cloud kwok"
+                    .to_string(),
+            });
+        }
+    }
+    writeln!(out, "tailor agent {identity} watching {server}")?;
+    out.flush()?;
+    tokio::select! {
+        () = state.wait_synced() => {
+            ready.set(true);
+            tracing::info!("caches synced; ready");
+        }
+        () = shutdown_signal() => {
+            tasks.shutdown().await;
+            return Ok(());
+        }
+    }
+    let sizes = state.clone();
+    let size_metrics = metrics.clone();
+    tasks.spawn(async move {
+        loop {
+            for (kind, n) in sizes.sizes() {
+                size_metrics.set_snapshot_objects(kind, n);
+            }
+            tokio::time::sleep(Duration::from_secs(15)).await;
+        }
+    });
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    drop(leader);
+    tasks.shutdown().await;
+    Ok(())
+}
+
+async fn serve(
+    tasks: &mut JoinSet<()>,
+    metrics_address: SocketAddr,
+    health_address: SocketAddr,
+    metrics: &Metrics,
+    ready: &Readiness,
+) -> Result<()> {
+    let addresses = if metrics_address == health_address {
+        vec![metrics_address]
+    } else {
+        vec![metrics_address, health_address]
+    };
+    for address in addresses {
+        // Bind before anything else starts, so an address in use is reported at once.
+        let listener =
+            tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| CliError::InvalidFlag {
+                    flag: "--metrics-address/--health-address",
+                    reason: format!("binding {address}: {e}"),
+                })?;
+        let router = crate::server::router(metrics.clone(), ready.clone());
+        tasks.spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "serving metrics and health failed");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Campaigns for the Lease; the receiver says whether this replica leads now. Losing the
+/// lease is seen within one renew period, and every write checks it first.
+async fn elect(
+    client: &Client,
+    tasks: &mut JoinSet<()>,
+    namespace: &str,
+    name: &str,
+    identity: &str,
+    metrics: &Metrics,
+) -> Result<watch::Receiver<bool>> {
+    let manager = LeaseManagerBuilder::new(client.clone(), name)
+        .with_namespace(namespace)
+        .with_identity(identity)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+        .map_err(|e| CliError::Input(format!("leader election lease {namespace}/{name}: {e}")))?;
+    let (mut receiver, handle) = manager.watch().await;
+    let leader = receiver.clone();
+    let metrics = metrics.clone();
+    metrics.set_leader(*receiver.borrow());
+    tasks.spawn(async move {
+        while receiver.changed().await.is_ok() {
+            let leads = *receiver.borrow();
+            metrics.set_leader(leads);
+            tracing::info!(leader = leads, "leadership changed");
+        }
+        if let Ok(Err(e)) = handle.await {
+            tracing::error!(error = %e, "leader election stopped");
+        }
+    });
+    Ok(leader)
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

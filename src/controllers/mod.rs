@@ -1,0 +1,219 @@
+//! The in-cluster agent's controllers: thin loops around the pure decisions, in the style of
+//! Karpenter's controllers.
+//!
+//! - [`state`]: reflector stores for every kind a decision reads, turned into a `Snapshot`;
+//! - [`provisioning`]: pending pods → planned nodes → NodeClaim objects;
+//! - [`nodeclaim`]: a NodeClaim's life: launch, registration, initialization, liveness and
+//!   termination behind a finalizer (drain through the Eviction API);
+//! - [`garbage_collection`]: instances without a NodeClaim, NodeClaims without an instance;
+//! - [`writes`]: every write to the cluster, checked against leadership.
+//!
+//! Intent lives in the API server: the provisioner creates NodeClaims, the lifecycle
+//! controller acts on them, so a restart or a new leader continues where the last stopped.
+//! All controllers are started by [`run`] from one list.
+
+pub mod garbage_collection;
+pub mod nodeclaim;
+pub mod provisioning;
+pub mod state;
+pub mod writes;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{Resource, ResourceExt};
+use tokio::task::JoinSet;
+
+use crate::apis::NodePool;
+use crate::apis::labels;
+use crate::catalog::{Catalog, CatalogOptions};
+use crate::clock::Clock;
+use crate::cloud::CloudProvider;
+use crate::model::{CapacityType, InstanceType, NodeSettings};
+use crate::provisioning::Mode;
+use crate::telemetry::Metrics;
+
+pub use state::State;
+pub use writes::Writer;
+
+/// The agent's settings, parsed once from flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Global mode; a NodePool's `tailor.sh/mode` annotation overrides it for its nodes.
+    pub mode: Mode,
+    /// The cluster's name, written on every instance so garbage collection finds its own.
+    pub cluster_name: String,
+    /// Close a provisioning batch after this long without a new pending pod.
+    pub batch_idle: Duration,
+    /// Close a provisioning batch this long after it opened.
+    pub batch_max: Duration,
+    /// A launched NodeClaim whose node has not registered after this long is replaced.
+    pub registration_ttl: SignedDuration,
+    /// An instance without a NodeClaim is deleted once it is this old.
+    pub gc_grace: SignedDuration,
+    /// How often the garbage collector looks.
+    pub gc_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::RecommendOnly,
+            cluster_name: "tailor".to_string(),
+            batch_idle: crate::provisioning::DEFAULT_IDLE_WINDOW,
+            batch_max: crate::provisioning::DEFAULT_MAX_WINDOW,
+            registration_ttl: SignedDuration::from_mins(15),
+            gc_grace: SignedDuration::from_secs(30),
+            gc_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every controller shares.
+pub struct Context<C> {
+    /// The stores.
+    pub state: State,
+    /// The only way to change the cluster.
+    pub writer: Writer,
+    /// The cloud.
+    pub cloud: C,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// The catalog, for instance types under each node class's settings.
+    pub catalog: Catalog,
+    /// Region and pricing options of the catalog.
+    pub catalog_options: CatalogOptions,
+    /// Settings.
+    pub settings: Settings,
+}
+
+impl<C: CloudProvider> Context<C> {
+    /// The mode that applies to a NodePool's nodes now: its annotation, else the global mode.
+    pub fn mode_for(&self, pool: Option<&NodePool>) -> Mode {
+        mode_for(self.settings.mode, pool)
+    }
+
+    /// Instance types on sale under `settings`, with offerings the cloud reports unavailable
+    /// marked so.
+    pub async fn instance_types(
+        &self,
+    ) -> Result<impl Fn(&NodeSettings) -> Result<Vec<InstanceType>, String> + '_, String> {
+        let unavailable: BTreeSet<(String, String, CapacityType)> = self
+            .cloud
+            .instance_types()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .flat_map(|t| {
+                t.offerings
+                    .into_iter()
+                    .filter(|o| !o.available)
+                    .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
+            })
+            .collect();
+        Ok(move |settings: &NodeSettings| {
+            let mut options = self.catalog_options.clone();
+            options.node = NodeSettings {
+                overhead_model: settings.overhead_model,
+                max_pods: settings.max_pods,
+                os_disk_gib: settings.os_disk_gib,
+                ..options.node
+            };
+            let mut types = self
+                .catalog
+                .instance_types(&options)
+                .map_err(|e| e.to_string())?;
+            for t in &mut types {
+                for o in &mut t.offerings {
+                    if unavailable.contains(&(t.name.clone(), o.zone.clone(), o.capacity_type)) {
+                        o.available = false;
+                    }
+                }
+            }
+            Ok(types)
+        })
+    }
+}
+
+/// The mode for a NodePool: its `tailor.sh/mode` annotation (`recommend` or `autonomous`),
+/// else `global`. An unknown value keeps the pool in recommend-only mode, the safe side.
+pub fn mode_for(global: Mode, pool: Option<&NodePool>) -> Mode {
+    match pool.and_then(|p| p.annotations().get(labels::MODE_ANNOTATION)) {
+        None => global,
+        Some(v) if v == "autonomous" => Mode::Autonomous,
+        Some(_) => Mode::RecommendOnly,
+    }
+}
+
+/// A reference to an object, for Events.
+pub fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
+    object.object_ref(&())
+}
+
+/// Labels as a plain map.
+pub fn labels_of<K: ResourceExt>(object: &K) -> BTreeMap<String, String> {
+    object.labels().clone()
+}
+
+/// Starts every controller on `tasks`. They run until aborted; each acts only while this
+/// replica leads.
+pub fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet<()>) {
+    tasks.spawn(provisioning::run(ctx.clone()));
+    tasks.spawn(nodeclaim::run(ctx.clone()));
+    tasks.spawn(garbage_collection::run(ctx));
+}
+
+/// Sleeps until the stores change or `max` passes, whichever is first.
+pub async fn wait_for_change(state: &State, max: Duration) {
+    tokio::select! {
+        () = state.changed() => {}
+        () = tokio::time::sleep(max) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(annotation: Option<&str>) -> NodePool {
+        let mut p: NodePool = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n",
+        )
+        .expect("valid nodepool");
+        if let Some(a) = annotation {
+            p.annotations_mut()
+                .insert(labels::MODE_ANNOTATION.to_string(), a.to_string());
+        }
+        p
+    }
+
+    #[test]
+    fn a_nodepool_annotation_overrides_the_global_mode() {
+        assert_eq!(
+            mode_for(Mode::RecommendOnly, Some(&pool(None))),
+            Mode::RecommendOnly
+        );
+        assert_eq!(
+            mode_for(Mode::Autonomous, Some(&pool(None))),
+            Mode::Autonomous
+        );
+        assert_eq!(
+            mode_for(Mode::RecommendOnly, Some(&pool(Some("autonomous")))),
+            Mode::Autonomous
+        );
+        assert_eq!(
+            mode_for(Mode::Autonomous, Some(&pool(Some("recommend")))),
+            Mode::RecommendOnly
+        );
+        // A typo never turns autonomy on.
+        assert_eq!(
+            mode_for(Mode::Autonomous, Some(&pool(Some("autonomus")))),
+            Mode::RecommendOnly
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! A NodeClaim's life, one step per file: [`launch`] (the cloud creates the instance),
+//! [`registration`] (its Node appears and is adopted), [`initialization`] (the Node is
+//! ready for pods), [`liveness`] (a node that never registers is replaced) and
+//! [`termination`] (behind a finalizer: drain through the Eviction API, delete the
+//! instance and the Node). [`decide`] picks the step; it is pure.
+
+pub mod initialization;
+pub mod launch;
+pub mod liveness;
+pub mod registration;
+pub mod termination;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+
+use super::{Context, wait_for_change};
+use crate::apis::nodeclaim::condition;
+use crate::apis::{NodeClaim, find_condition, is_condition_true};
+use crate::cloud::CloudProvider;
+
+/// What a NodeClaim needs next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Deleted: drain and terminate.
+    Terminate,
+    /// Its Node is being deleted by someone else: delete the claim, so it drains properly.
+    NodeDeleted,
+    /// Not launched yet.
+    Launch,
+    /// Launched long ago and still no Node: replace it.
+    Liveness,
+    /// Launched; waiting for its Node.
+    AwaitNode,
+    /// Its Node appeared: adopt it.
+    Register,
+    /// Registered; the Node is ready for pods.
+    Initialize,
+    /// Registered; the Node is not ready yet.
+    AwaitReady,
+    /// Nothing to do.
+    Steady,
+}
+
+/// The next step for `claim`, whose Node (matched by provider ID) is `node`.
+pub fn decide(
+    claim: &NodeClaim,
+    node: Option<&Node>,
+    now: Timestamp,
+    registration_ttl: SignedDuration,
+) -> Step {
+    let conditions = claim.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    // 1. Deletion wins over everything.
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Step::Terminate;
+    }
+    // 2. Nothing launched yet.
+    let launched = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_ref())
+        .is_some();
+    if !launched {
+        return Step::Launch;
+    }
+    let Some(node) = node else {
+        // 3. Launched, no Node yet: wait, up to the registration TTL.
+        let since = find_condition(conditions, condition::LAUNCHED)
+            .map(|c| c.last_transition_time.0)
+            .unwrap_or(now);
+        return if now.duration_since(since) >= registration_ttl
+            && !is_condition_true(conditions, condition::REGISTERED)
+        {
+            Step::Liveness
+        } else {
+            Step::AwaitNode
+        };
+    };
+    // 4. Someone deletes the Node: the claim follows, through its finalizer.
+    if node.metadata.deletion_timestamp.is_some() {
+        return Step::NodeDeleted;
+    }
+    // 5. Adopt the Node, then wait for it to be ready.
+    if !is_condition_true(conditions, condition::REGISTERED) {
+        return Step::Register;
+    }
+    if !is_condition_true(conditions, condition::INITIALIZED) {
+        return if initialization::is_initialized(claim, node) {
+            Step::Initialize
+        } else {
+            Step::AwaitReady
+        };
+    }
+    Step::Steady
+}
+
+/// A condition in the form the status carries.
+pub fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    now: Timestamp,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message: message.into(),
+        last_transition_time: Time(now),
+        observed_generation: None,
+    }
+}
+
+/// Work in progress that must not be started twice (a launch takes minutes).
+#[derive(Default, Clone)]
+pub struct InFlight(Arc<Mutex<HashSet<String>>>);
+
+impl InFlight {
+    /// Marks `name` in flight; false when it already was.
+    pub fn start(&self, name: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string())
+    }
+
+    /// Marks `name` done.
+    pub fn finish(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+/// Runs the lifecycle controller until aborted: every claim is reconciled whenever the
+/// stores change, and at least once a second.
+pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
+    ctx.state.wait_synced().await;
+    let launches = InFlight::default();
+    let terminations = InFlight::default();
+    loop {
+        wait_for_change(&ctx.state, Duration::from_secs(1)).await;
+        if !ctx.writer.is_leader() {
+            continue;
+        }
+        let now = ctx.clock.now();
+        let nodes: HashMap<String, Arc<Node>> = ctx
+            .state
+            .nodes
+            .state()
+            .into_iter()
+            .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
+            .collect();
+        for claim in ctx.state.node_claims.state() {
+            let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
+            let node = provider_id.as_ref().and_then(|p| nodes.get(p)).cloned();
+            let step = decide(&claim, node.as_deref(), now, ctx.settings.registration_ttl);
+            let name = claim.name_any();
+            let result = match step {
+                Step::Launch => {
+                    if launches.start(&name) {
+                        let (ctx, launches) = (ctx.clone(), launches.clone());
+                        tokio::spawn(async move {
+                            launch::launch(&ctx, &claim).await;
+                            launches.finish(&claim.name_any());
+                        });
+                    }
+                    Ok(())
+                }
+                Step::Register => match node {
+                    Some(node) => registration::register(&ctx, &claim, &node, now).await,
+                    None => Ok(()),
+                },
+                Step::Initialize => match node {
+                    Some(node) => initialization::initialize(&ctx, &claim, &node, now).await,
+                    None => Ok(()),
+                },
+                Step::Liveness => liveness::replace(&ctx, &claim).await,
+                Step::NodeDeleted => ctx.writer.delete_node_claim(&name).await,
+                Step::Terminate => {
+                    if terminations.start(&name) {
+                        let (ctx, terminations) = (ctx.clone(), terminations.clone());
+                        tokio::spawn(async move {
+                            termination::terminate(&ctx, &claim, now).await;
+                            terminations.finish(&claim.name_any());
+                        });
+                    }
+                    Ok(())
+                }
+                Step::AwaitNode | Step::AwaitReady | Step::Steady => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::warn!(nodeclaim = %name, step = ?step, error = %e, "nodeclaim reconcile failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::NodeClaimStatus;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).expect("valid")
+    }
+
+    fn claim(conditions: &[(&str, bool)], provider_id: Option<&str>) -> NodeClaim {
+        let mut c: NodeClaim = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: NodeClaim\nmetadata: {name: default-abcde}\nspec:\n  nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n",
+        )
+        .expect("valid nodeclaim");
+        c.status = Some(NodeClaimStatus {
+            provider_id: provider_id.map(str::to_string),
+            conditions: conditions
+                .iter()
+                .map(|(ty, ok)| condition(ty, *ok, "Test", "", t(0)))
+                .collect(),
+            ..NodeClaimStatus::default()
+        });
+        c
+    }
+
+    fn ready_node() -> Node {
+        serde_yaml::from_str(
+            "metadata: {name: default-abcde}\nspec: {providerID: 'kwok://default-abcde'}\nstatus:\n  allocatable: {cpu: '2', memory: 4Gi}\n  conditions: [{type: Ready, status: 'True'}]\n",
+        )
+        .expect("valid node")
+    }
+
+    const TTL: SignedDuration = SignedDuration::from_mins(15);
+
+    #[test]
+    fn a_claim_walks_launch_register_initialize_in_order() {
+        let node = ready_node();
+        assert_eq!(decide(&claim(&[], None), None, t(0), TTL), Step::Launch);
+        let launched = claim(&[(condition::LAUNCHED, true)], Some("kwok://default-abcde"));
+        assert_eq!(decide(&launched, None, t(60), TTL), Step::AwaitNode);
+        assert_eq!(decide(&launched, Some(&node), t(60), TTL), Step::Register);
+        let registered = claim(
+            &[(condition::LAUNCHED, true), (condition::REGISTERED, true)],
+            Some("kwok://default-abcde"),
+        );
+        assert_eq!(
+            decide(&registered, Some(&node), t(60), TTL),
+            Step::Initialize
+        );
+        let mut not_ready = node.clone();
+        not_ready.status.as_mut().expect("status").conditions = None;
+        assert_eq!(
+            decide(&registered, Some(&not_ready), t(60), TTL),
+            Step::AwaitReady
+        );
+        let done = claim(
+            &[
+                (condition::LAUNCHED, true),
+                (condition::REGISTERED, true),
+                (condition::INITIALIZED, true),
+            ],
+            Some("kwok://default-abcde"),
+        );
+        assert_eq!(decide(&done, Some(&node), t(60), TTL), Step::Steady);
+    }
+
+    #[test]
+    fn a_node_that_never_registers_is_replaced_after_the_ttl() {
+        let launched = claim(&[(condition::LAUNCHED, true)], Some("kwok://default-abcde"));
+        assert_eq!(decide(&launched, None, t(14 * 60), TTL), Step::AwaitNode);
+        assert_eq!(decide(&launched, None, t(15 * 60), TTL), Step::Liveness);
+    }
+
+    #[test]
+    fn deletion_comes_before_every_other_step() {
+        let mut c = claim(&[], None);
+        c.metadata.deletion_timestamp = Some(Time(t(0)));
+        assert_eq!(decide(&c, None, t(0), TTL), Step::Terminate);
+        let launched = claim(
+            &[(condition::LAUNCHED, true), (condition::REGISTERED, true)],
+            Some("kwok://default-abcde"),
+        );
+        let mut node = ready_node();
+        node.metadata.deletion_timestamp = Some(Time(t(0)));
+        assert_eq!(decide(&launched, Some(&node), t(0), TTL), Step::NodeDeleted);
+    }
+}

@@ -1,0 +1,104 @@
+//! Registration: the Node whose provider ID matches the claim's has appeared. Tailor adopts
+//! it: the claim's labels and taints are synced onto it, the unregistered taint it booted
+//! with is removed, and the termination finalizer is added so that deleting the Node drains
+//! it through the claim. The claim records the Node's name and `Registered`.
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::ResourceExt;
+
+use super::condition;
+use crate::apis::nodeclaim::{condition as cond, reason};
+use crate::apis::{NodeClaim, labels, set_condition};
+use crate::cloud::CloudProvider;
+use crate::controllers::Context;
+use crate::controllers::writes::Result;
+
+/// The taints a registered node carries: its own less the unregistered taint, plus the
+/// claim's taints and startup taints it lacks.
+pub fn registered_taints(claim: &NodeClaim, node: &Node) -> Vec<Taint> {
+    let mut taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != labels::UNREGISTERED_TAINT_KEY)
+        .collect();
+    for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints) {
+        if !taints
+            .iter()
+            .any(|have| have.key == t.key && have.effect == t.effect)
+        {
+            taints.push(t.clone());
+        }
+    }
+    taints
+}
+
+/// Adopts the Node and marks the claim registered.
+pub async fn register<C: CloudProvider>(
+    ctx: &Context<C>,
+    claim: &NodeClaim,
+    node: &Node,
+    now: jiff::Timestamp,
+) -> Result<()> {
+    let mut node_labels = claim.labels().clone();
+    node_labels.insert(labels::REGISTERED.to_string(), "true".to_string());
+    let mut finalizers = node.finalizers().to_vec();
+    if !finalizers
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
+    }
+    ctx.writer
+        .patch_node(
+            node,
+            &registered_taints(claim, node),
+            &node_labels,
+            &finalizers,
+        )
+        .await?;
+    let mut status = claim.status.clone().unwrap_or_default();
+    status.node_name = Some(node.name_any());
+    set_condition(
+        &mut status.conditions,
+        condition(
+            cond::REGISTERED,
+            true,
+            reason::REGISTERED,
+            format!("node {}", node.name_any()),
+            now,
+        ),
+    );
+    ctx.writer
+        .apply_node_claim_status(&claim.name_any(), &status)
+        .await?;
+    tracing::info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "registered");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_drops_the_unregistered_taint_and_adds_the_claims_taints_once() {
+        let claim: NodeClaim = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: NodeClaim\nmetadata: {name: c}\nspec:\n  nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n  taints: [{key: dedicated, value: batch, effect: NoSchedule}]\n  startupTaints: [{key: cni-not-ready, effect: NoSchedule}]\n",
+        )
+        .expect("claim");
+        let node: Node = serde_yaml::from_str(
+            "metadata: {name: n}\nspec:\n  taints: [{key: tailor.sh/unregistered, effect: NoExecute}, {key: dedicated, value: batch, effect: NoSchedule}, {key: node.kubernetes.io/not-ready, effect: NoSchedule}]\n",
+        )
+        .expect("node");
+        let keys: Vec<String> = registered_taints(&claim, &node)
+            .into_iter()
+            .map(|t| t.key)
+            .collect();
+        assert_eq!(
+            keys,
+            ["dedicated", "node.kubernetes.io/not-ready", "cni-not-ready"]
+        );
+    }
+}

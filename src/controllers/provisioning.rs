@@ -1,0 +1,511 @@
+//! The provisioning controller: pods the real scheduler could not place are batched,
+//! planned with the scheduling simulation (existing nodes and NodeClaims still launching
+//! count as capacity), and become NodeClaim objects — or, for a NodePool in recommend-only
+//! mode, an Event with the plan's price. Pods that cannot land get an Event with the reason.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use rand::Rng;
+
+use super::{Context, reference, wait_for_change};
+use crate::apis::nodeclaim::{NodeClaimResources, NodeRequirement, RequirementOperator};
+use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, is_condition_true, labels};
+use crate::cloud::CloudProvider;
+use crate::disruption::cluster::{node_class_hash, template_hash};
+use crate::model::pod::parse_quantities;
+use crate::provisioning::{Batcher, Mode};
+use crate::scheduling::input::pool_from;
+use crate::scheduling::{self, ExistingNode, Input, Options, Plan, PlannedNodeClaim};
+use crate::state::Snapshot;
+
+/// How long a pod planned onto an existing node, or reported in recommend-only mode, is left
+/// alone before it is planned again.
+const COVER: SignedDuration = SignedDuration::from_secs(60);
+
+/// Taints a node carries only while it starts; a node still initializing is planned as if
+/// it had none of them, as Karpenter does, or every pod pending for it would buy another.
+const EPHEMERAL_TAINTS: &[&str] = &[
+    labels::UNREGISTERED_TAINT_KEY,
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+];
+
+/// Where a pending pod was last planned to land.
+#[derive(Debug, Clone)]
+enum Target {
+    /// A NodeClaim created for it: covered while the claim lives.
+    Claim(String),
+    /// An existing node or a launching claim, or a recommend-only report: covered until then.
+    Until(Timestamp),
+}
+
+/// The provisioner's memory between rounds.
+#[derive(Default)]
+struct Round {
+    batcher: Batcher,
+    /// When each pending pod (by uid) was first seen pending.
+    first_seen: HashMap<String, Timestamp>,
+    covered: HashMap<String, Target>,
+    uncovered: BTreeSet<String>,
+    /// Pods already told why they cannot land (pod uid, reason).
+    told: BTreeSet<(String, String)>,
+}
+
+/// Runs the provisioner until aborted.
+pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
+    ctx.state.wait_synced().await;
+    let mut round = Round {
+        batcher: Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max),
+        ..Round::default()
+    };
+    loop {
+        wait_for_change(&ctx.state, Duration::from_millis(100)).await;
+        if !ctx.writer.is_leader() {
+            // A new leader starts from what the API server holds, not from our memory.
+            round = Round {
+                batcher: Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max),
+                ..Round::default()
+            };
+            continue;
+        }
+        let now = ctx.clock.now();
+        let snapshot = ctx.state.snapshot();
+        observe(&mut round, &snapshot, now);
+        if round.batcher.ready(now) {
+            round.batcher.reset();
+            provision(&ctx, &mut round, &snapshot, now).await;
+        }
+    }
+}
+
+/// Whether the real scheduler has given up on a pod: unbound, not being deleted, not a
+/// DaemonSet's, and marked `PodScheduled=False` with reason `Unschedulable`.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.node_name.as_ref()).is_some()
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return false;
+    }
+    if pod.owner_references().iter().any(|o| o.kind == "DaemonSet") {
+        return false;
+    }
+    let status = pod.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) {
+        return false;
+    }
+    status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+}
+
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// Updates the batch with the pods pending now: a new uncovered pod (or one whose claim went
+/// away) opens or extends the batch.
+fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
+    let live_claims: BTreeSet<String> = snapshot
+        .node_claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| c.name_any())
+        .collect();
+    let mut pending_uids = BTreeSet::new();
+    let mut uncovered = BTreeSet::new();
+    for pod in snapshot.pods.iter().filter(|p| is_provisionable(p)) {
+        let uid = pod.uid().unwrap_or_default();
+        round.first_seen.entry(uid.clone()).or_insert(now);
+        pending_uids.insert(uid);
+        let k = key(pod);
+        let covered = match round.covered.get(&k) {
+            Some(Target::Claim(c)) => live_claims.contains(c),
+            Some(Target::Until(t)) => now < *t,
+            None => false,
+        };
+        if !covered {
+            uncovered.insert(k);
+        }
+    }
+    round.first_seen.retain(|uid, _| pending_uids.contains(uid));
+    round.told.retain(|(uid, _)| pending_uids.contains(uid));
+    if !uncovered.is_empty() && uncovered != round.uncovered {
+        round.batcher.observe(now);
+    }
+    round.uncovered = uncovered;
+}
+
+/// Plans the pending pods and acts on the plan.
+async fn provision<C: CloudProvider>(
+    ctx: &Context<C>,
+    round: &mut Round,
+    snapshot: &Snapshot,
+    now: Timestamp,
+) {
+    let started = std::time::Instant::now();
+    let pools: Vec<&NodePool> = snapshot
+        .node_pools
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let (valid, invalid): (Vec<&NodePool>, Vec<&NodePool>) =
+        pools.into_iter().partition(|p| validate_pool(p).is_ok());
+    for pool in invalid {
+        if let Err(message) = validate_pool(pool) {
+            tracing::warn!(nodepool = %pool.name_any(), %message, "nodepool is invalid; nothing is launched for it");
+        }
+    }
+    if valid.is_empty() {
+        tracing::info!(
+            pending = round.uncovered.len(),
+            "pending pods but no valid NodePool: nothing to provision"
+        );
+        return;
+    }
+    let types = match ctx.instance_types().await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "instance types unavailable; provisioning postponed");
+            ctx.metrics.cloud_error("instance_types", "unavailable");
+            return;
+        }
+    };
+    let mut planning = snapshot.clone();
+    planning.node_pools = valid.iter().map(|p| (*p).clone()).collect();
+    planning.pods.retain(|p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() || is_provisionable(p)
+    });
+    let mut input = match Input::from_snapshot(&planning, &types) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, "the cluster cannot be planned");
+            return;
+        }
+    };
+    add_in_flight(&mut input, snapshot);
+    let suffix: u32 = rand::rng().random();
+    let plan = scheduling::schedule(
+        &input,
+        &Options {
+            cost_aware: true,
+            name_prefix: format!("p{suffix:08x}-"),
+        },
+    );
+    ctx.metrics
+        .observe_decision("scheduling", started.elapsed().as_secs_f64());
+    act(ctx, round, snapshot, &plan, now).await;
+}
+
+/// Checks the NodePool as the scheduler will read it: requirements, limits, template.
+pub fn validate_pool(pool: &NodePool) -> Result<(), String> {
+    pool_from(pool, Vec::new())
+        .map(|_| ())
+        .map_err(|e| e.to_string())?;
+    for (k, v) in &pool.spec.limits {
+        if v.0.trim_start().starts_with('-') {
+            return Err(format!(
+                "nodepool {}: spec.limits.{k}: {} must not be negative",
+                pool.name_any(),
+                v.0
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// NodeClaims that are not yet initialized are capacity already bought: pods that fit them
+/// wait for them instead of buying more. A claim whose node has registered is that node,
+/// planned without the taints it carries only while starting.
+fn add_in_flight(input: &mut Input, snapshot: &Snapshot) {
+    for claim in &snapshot.node_claims {
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let status = claim.status.clone().unwrap_or_default();
+        if is_condition_true(
+            &status.conditions,
+            crate::apis::nodeclaim::condition::INITIALIZED,
+        ) {
+            continue;
+        }
+        let startup: Vec<&str> = claim
+            .spec
+            .startup_taints
+            .iter()
+            .map(|t| t.key.as_str())
+            .collect();
+        if let Some(node) = status
+            .node_name
+            .as_ref()
+            .and_then(|n| input.nodes.iter_mut().find(|e| &e.name == n))
+        {
+            node.taints.retain(|t| {
+                !EPHEMERAL_TAINTS.contains(&t.key.as_str()) && !startup.contains(&t.key.as_str())
+            });
+            continue;
+        }
+        let name = claim.name_any();
+        let mut node_labels = claim.labels().clone();
+        for r in &claim.spec.requirements {
+            if r.operator == RequirementOperator::In && r.values.len() == 1 {
+                node_labels
+                    .entry(r.key.clone())
+                    .or_insert_with(|| r.values[0].clone());
+            }
+        }
+        node_labels.insert(labels::HOSTNAME.to_string(), name.clone());
+        let allocatable = if status.allocatable.is_empty() {
+            claim_type_allocatable(input, claim)
+        } else {
+            parse_quantities(Some(&status.allocatable), "status.allocatable").ok()
+        };
+        let Some(allocatable) = allocatable else {
+            continue;
+        };
+        input.nodes.push(ExistingNode {
+            name,
+            labels: node_labels,
+            taints: claim.spec.taints.clone(),
+            allocatable,
+            pods: Vec::new(),
+            unschedulable: false,
+        });
+    }
+}
+
+/// The allocatable of the smallest instance type a claim admits, before it has launched.
+fn claim_type_allocatable(input: &Input, claim: &NodeClaim) -> Option<crate::model::Resources> {
+    let types: BTreeSet<&str> = claim
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| {
+            labels::canonical_key(&r.key) == labels::INSTANCE_TYPE
+                && r.operator == RequirementOperator::In
+        })
+        .flat_map(|r| r.values.iter().map(String::as_str))
+        .collect();
+    input
+        .pools
+        .iter()
+        .flat_map(|p| p.instance_types.iter())
+        .filter(|t| types.contains(t.name.as_str()))
+        .map(|t| t.allocatable.clone())
+        .min_by_key(|a| (a.cpu, a.memory))
+}
+
+async fn act<C: CloudProvider>(
+    ctx: &Context<C>,
+    round: &mut Round,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    now: Timestamp,
+) {
+    let pods: HashMap<String, &Pod> = snapshot.pods.iter().map(|p| (key(p), p)).collect();
+    let pools: HashMap<String, &NodePool> = snapshot
+        .node_pools
+        .iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+    for placed in &plan.existing_nodes {
+        for pod in &placed.pods {
+            round.covered.insert(
+                pod.clone(),
+                Target::Until(now.checked_add(COVER).unwrap_or(now)),
+            );
+        }
+    }
+    let mut recommended: BTreeMap<String, (usize, f64, usize)> = BTreeMap::new();
+    for planned in &plan.node_claims {
+        let pool = pools.get(&planned.node_pool).copied();
+        match (pool, ctx.mode_for(pool)) {
+            (Some(pool), Mode::Autonomous) => {
+                let claim = node_claim_for(planned, pool, snapshot);
+                let name = claim.name_any();
+                match ctx.writer.apply_node_claim(&claim).await {
+                    Ok(_) => {
+                        tracing::info!(nodeclaim = %name, instance_type = %planned.instance_type, pods = planned.pods.len(), "created nodeclaim");
+                        for pod in &planned.pods {
+                            round
+                                .covered
+                                .insert(pod.clone(), Target::Claim(name.clone()));
+                            if let Some(since) = pods
+                                .get(pod)
+                                .and_then(|p| p.uid())
+                                .and_then(|uid| round.first_seen.get(&uid))
+                            {
+                                ctx.metrics.observe_provisioning(
+                                    &planned.node_pool,
+                                    now.duration_since(*since).as_secs_f64(),
+                                );
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(nodeclaim = %name, error = %e, "creating nodeclaim failed")
+                    }
+                }
+            }
+            _ => {
+                let entry = recommended.entry(planned.node_pool.clone()).or_default();
+                entry.0 += 1;
+                entry.1 += planned.price_per_hour;
+                entry.2 += planned.pods.len();
+                for pod in &planned.pods {
+                    round.covered.insert(
+                        pod.clone(),
+                        Target::Until(now.checked_add(COVER).unwrap_or(now)),
+                    );
+                }
+            }
+        }
+    }
+    for (pool_name, (nodes, cost, pod_count)) in recommended {
+        if let Some(pool) = pools.get(&pool_name) {
+            ctx.writer
+                .event(
+                    &reference(*pool),
+                    EventType::Normal,
+                    "WouldProvision",
+                    "Provision",
+                    format!("recommend-only: {pod_count} pending pod(s) need {nodes} new node(s) at ${cost:.4}/hour; nothing launched"),
+                )
+                .await;
+        }
+    }
+    for u in &plan.unschedulable {
+        let Some(pod) = pods.get(&u.pod) else {
+            continue;
+        };
+        let uid = pod.uid().unwrap_or_default();
+        round.covered.insert(
+            u.pod.clone(),
+            Target::Until(now.checked_add(COVER).unwrap_or(now)),
+        );
+        if round.told.insert((uid, u.reason.clone())) {
+            ctx.writer
+                .event(
+                    &reference(*pod),
+                    EventType::Warning,
+                    "FailedProvisioning",
+                    "Provision",
+                    format!("no node Tailor can launch fits this pod: {}", u.reason),
+                )
+                .await;
+        }
+    }
+}
+
+/// The NodeClaim object for a planned node: the pool's template, narrowed to the planned
+/// instance type (and its fallbacks), zone and capacity type.
+pub fn node_claim_for(
+    planned: &PlannedNodeClaim,
+    pool: &NodePool,
+    snapshot: &Snapshot,
+) -> NodeClaim {
+    let template = &pool.spec.template;
+    let pool_name = pool.name_any();
+    let narrowed = [
+        labels::INSTANCE_TYPE,
+        labels::ZONE,
+        labels::CAPACITY_TYPE,
+        labels::NODE_POOL,
+    ];
+    let mut requirements: Vec<NodeRequirement> = template
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| !narrowed.contains(&labels::canonical_key(&r.key)))
+        .cloned()
+        .collect();
+    let mut types = vec![planned.instance_type.clone()];
+    types.extend(planned.alternatives.iter().cloned());
+    for (k, values) in [
+        (labels::INSTANCE_TYPE, types),
+        (labels::ZONE, vec![planned.zone.clone()]),
+        (
+            labels::CAPACITY_TYPE,
+            vec![planned.capacity_type.as_str().to_string()],
+        ),
+        (labels::NODE_POOL, vec![pool_name.clone()]),
+    ] {
+        requirements.push(NodeRequirement {
+            key: k.to_string(),
+            operator: RequirementOperator::In,
+            values,
+            min_values: None,
+        });
+    }
+    let mut claim_labels = template.metadata.labels.clone();
+    claim_labels.insert(labels::NODE_POOL.to_string(), pool_name.clone());
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(labels::NODE_POOL_HASH.to_string(), template_hash(pool));
+    if let Some(class) = snapshot
+        .node_classes
+        .iter()
+        .find(|c| c.name_any() == template.spec.node_class_ref.name)
+    {
+        annotations.insert(labels::NODE_CLASS_HASH.to_string(), node_class_hash(class));
+    }
+    let suffix: String = {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut rng = rand::rng();
+        (0..5)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+            .collect()
+    };
+    NodeClaim {
+        metadata: ObjectMeta {
+            name: Some(format!("{pool_name}-{suffix}")),
+            labels: Some(claim_labels),
+            annotations: Some(annotations),
+            finalizers: Some(vec![labels::TERMINATION_FINALIZER.to_string()]),
+            owner_references: Some(vec![OwnerReference {
+                api_version: format!("{}/{}", labels::GROUP, labels::VERSION),
+                kind: "NodePool".to_string(),
+                name: pool_name,
+                uid: pool.uid().unwrap_or_default(),
+                block_owner_deletion: Some(true),
+                controller: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: NodeClaimSpec {
+            requirements,
+            resources: NodeClaimResources {
+                requests: BTreeMap::from([
+                    ("cpu".to_string(), Quantity(planned.requests.cpu.clone())),
+                    (
+                        "memory".to_string(),
+                        Quantity(planned.requests.memory.clone()),
+                    ),
+                ]),
+            },
+            taints: template.spec.taints.clone(),
+            startup_taints: template.spec.startup_taints.clone(),
+            node_class_ref: template.spec.node_class_ref.clone(),
+            expire_after: template.spec.expire_after.clone(),
+            termination_grace_period: template.spec.termination_grace_period.clone(),
+        },
+        status: None,
+    }
+}

@@ -1,0 +1,173 @@
+//! The agent's view of the cluster: one reflector store per kind the decisions read, and
+//! the [`Snapshot`] built from them — the same type the CLI reads from YAML, so the agent
+//! decides on exactly what `tailor simulate` would be shown.
+
+use std::fmt::Debug;
+use std::future::ready;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::apis::{AKSNodeClass, NodeClaim, NodePool, RightsizingPolicy};
+use crate::state::Snapshot;
+
+/// Reflector stores for every kind a decision reads.
+#[derive(Clone)]
+pub struct State {
+    /// Pods.
+    pub pods: Store<Pod>,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// NodePools.
+    pub node_pools: Store<NodePool>,
+    /// NodeClaims.
+    pub node_claims: Store<NodeClaim>,
+    /// AKSNodeClasses.
+    pub node_classes: Store<AKSNodeClass>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Store<PodDisruptionBudget>,
+    /// DaemonSets.
+    pub daemon_sets: Store<DaemonSet>,
+    /// Deployments.
+    pub deployments: Store<Deployment>,
+    /// StatefulSets.
+    pub stateful_sets: Store<StatefulSet>,
+    /// ReplicaSets.
+    pub replica_sets: Store<ReplicaSet>,
+    /// Jobs.
+    pub jobs: Store<Job>,
+    /// HorizontalPodAutoscalers.
+    pub hpas: Store<HorizontalPodAutoscaler>,
+    /// RightsizingPolicies.
+    pub policies: Store<RightsizingPolicy>,
+    changed: Arc<Notify>,
+}
+
+/// Starts a reflector for `K` on `tasks`, notifying `changed` on every event.
+fn reflect<K>(client: &Client, tasks: &mut JoinSet<()>, changed: &Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let api = Api::<K>::all(client.clone());
+    let changed = changed.clone();
+    let kind = K::kind(&()).to_string();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        // Managed fields are large and never read: dropping them keeps the stores small.
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(_) => changed.notify_waiters(),
+                Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying"),
+            }
+            ready(())
+        });
+    tasks.spawn(stream);
+    reader
+}
+
+impl State {
+    /// Starts watching every kind; the watches run on `tasks` until they are aborted.
+    pub fn start(client: &Client, tasks: &mut JoinSet<()>) -> State {
+        let changed = Arc::new(Notify::new());
+        State {
+            pods: reflect(client, tasks, &changed),
+            nodes: reflect(client, tasks, &changed),
+            node_pools: reflect(client, tasks, &changed),
+            node_claims: reflect(client, tasks, &changed),
+            node_classes: reflect(client, tasks, &changed),
+            pdbs: reflect(client, tasks, &changed),
+            daemon_sets: reflect(client, tasks, &changed),
+            deployments: reflect(client, tasks, &changed),
+            stateful_sets: reflect(client, tasks, &changed),
+            replica_sets: reflect(client, tasks, &changed),
+            jobs: reflect(client, tasks, &changed),
+            hpas: reflect(client, tasks, &changed),
+            policies: reflect(client, tasks, &changed),
+            changed,
+        }
+    }
+
+    /// Waits until every store has its first full list.
+    pub async fn wait_synced(&self) {
+        // A store's writer lives as long as its watch task, so these only fail when the
+        // agent is shutting down; readiness then no longer matters.
+        let _ = tokio::join!(
+            self.pods.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.node_pools.wait_until_ready(),
+            self.node_claims.wait_until_ready(),
+            self.node_classes.wait_until_ready(),
+            self.pdbs.wait_until_ready(),
+            self.daemon_sets.wait_until_ready(),
+            self.deployments.wait_until_ready(),
+            self.stateful_sets.wait_until_ready(),
+            self.replica_sets.wait_until_ready(),
+            self.jobs.wait_until_ready(),
+            self.hpas.wait_until_ready(),
+            self.policies.wait_until_ready(),
+        );
+    }
+
+    /// Resolves at the next change of any store (or spuriously; callers re-read).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// A snapshot of the stores as they are now. Unlike a snapshot file, workloads are not
+    /// expanded into pending pods: their controllers make the pods, and the agent sees them.
+    pub fn snapshot(&self) -> Snapshot {
+        fn all<K: Clone + Resource<DynamicType = ()>>(store: &Store<K>) -> Vec<K> {
+            store.state().iter().map(|o| (**o).clone()).collect()
+        }
+        Snapshot {
+            pods: all(&self.pods),
+            nodes: all(&self.nodes),
+            daemon_sets: all(&self.daemon_sets),
+            deployments: all(&self.deployments),
+            stateful_sets: all(&self.stateful_sets),
+            replica_sets: all(&self.replica_sets),
+            jobs: all(&self.jobs),
+            pod_disruption_budgets: all(&self.pdbs),
+            horizontal_pod_autoscalers: all(&self.hpas),
+            node_pools: all(&self.node_pools),
+            node_claims: all(&self.node_claims),
+            node_classes: all(&self.node_classes),
+            rightsizing_policies: all(&self.policies),
+            recommendations: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Objects per kind in the stores, for the store-size metric.
+    pub fn sizes(&self) -> [(&'static str, usize); 13] {
+        [
+            ("Pod", self.pods.state().len()),
+            ("Node", self.nodes.state().len()),
+            ("NodePool", self.node_pools.state().len()),
+            ("NodeClaim", self.node_claims.state().len()),
+            ("AKSNodeClass", self.node_classes.state().len()),
+            ("PodDisruptionBudget", self.pdbs.state().len()),
+            ("DaemonSet", self.daemon_sets.state().len()),
+            ("Deployment", self.deployments.state().len()),
+            ("StatefulSet", self.stateful_sets.state().len()),
+            ("ReplicaSet", self.replica_sets.state().len()),
+            ("Job", self.jobs.state().len()),
+            ("HorizontalPodAutoscaler", self.hpas.state().len()),
+            ("RightsizingPolicy", self.policies.state().len()),
+        ]
+    }
+}

@@ -1,0 +1,337 @@
+//! Every write the agent makes to the cluster, in one place, so a reader can audit what
+//! Tailor can change. Each write first checks leadership: a follower, or a leader that has
+//! just lost its lease, writes nothing.
+//!
+//! Tailor's own objects are written with server-side apply (field manager `tailor`). Node
+//! taints, labels and finalizers are a JSON merge patch guarded by the node's
+//! `resourceVersion`: `spec.taints` is an atomic list shared with the node lifecycle
+//! controller, so applying it would take it over.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::apis::labels::FIELD_MANAGER;
+use crate::apis::{NodeClaim, NodeClaimStatus};
+
+/// Why a write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This replica does not hold the leader lease.
+    #[error("not the leader: {what} not written")]
+    NotLeader {
+        /// The write that was refused.
+        what: String,
+    },
+    /// The eviction was refused (a PodDisruptionBudget, HTTP 429); try again later.
+    #[error("eviction of {pod} refused: {message}")]
+    EvictionRefused {
+        /// `namespace/name`.
+        pod: String,
+        /// The API server's message.
+        message: String,
+    },
+    /// The object changed since it was read; re-read and retry.
+    #[error("{what}: conflict, the object changed")]
+    Conflict {
+        /// The write.
+        what: String,
+    },
+    /// The API server refused or failed the write.
+    #[error("{what}: {source}")]
+    Api {
+        /// The write.
+        what: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl WriteError {
+    /// A bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WriteError::NotLeader { .. } => "not_leader",
+            WriteError::EvictionRefused { .. } => "eviction_refused",
+            WriteError::Conflict { .. } => "conflict",
+            WriteError::Api { .. } => "api",
+        }
+    }
+}
+
+/// Result alias for writes.
+pub type Result<T> = std::result::Result<T, WriteError>;
+
+/// The agent's only way to change the cluster.
+#[derive(Clone)]
+pub struct Writer {
+    client: Client,
+    leader: watch::Receiver<bool>,
+    recorder: Recorder,
+}
+
+fn api_error(what: String) -> impl FnOnce(kube::Error) -> WriteError {
+    move |source| match &source {
+        kube::Error::Api(s) if s.code == 409 => WriteError::Conflict { what },
+        _ => WriteError::Api { what, source },
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+impl Writer {
+    /// A writer that acts while `leader` says so; events are reported as `instance`.
+    pub fn new(client: Client, leader: watch::Receiver<bool>, instance: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "tailor".to_string(),
+                instance: Some(instance.to_string()),
+            },
+        );
+        Writer {
+            client,
+            leader,
+            recorder,
+        }
+    }
+
+    /// Whether this replica holds the lease now.
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    fn check(&self, what: impl FnOnce() -> String) -> Result<()> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(WriteError::NotLeader { what: what() })
+        }
+    }
+
+    fn apply_params() -> PatchParams {
+        PatchParams::apply(FIELD_MANAGER).force()
+    }
+
+    /// Creates (or re-applies) a NodeClaim.
+    pub async fn apply_node_claim(&self, claim: &NodeClaim) -> Result<NodeClaim> {
+        let name = claim.name_any();
+        let what = || format!("apply nodeclaim {name}");
+        self.check(what)?;
+        let mut body = claim.clone();
+        body.status = None;
+        body.metadata.managed_fields = None;
+        body.metadata.resource_version = None;
+        Api::<NodeClaim>::all(self.client.clone())
+            .patch(&name, &Self::apply_params(), &Patch::Apply(&body))
+            .await
+            .map_err(api_error(what()))
+    }
+
+    /// Applies labels to a NodeClaim (what the launch learnt: type, zone, capacity type).
+    pub async fn label_node_claim(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let what = || format!("label nodeclaim {name}");
+        self.check(what)?;
+        let body = json!({
+            "apiVersion": NodeClaim::api_version(&()),
+            "kind": NodeClaim::kind(&()),
+            "metadata": {"name": name, "labels": labels},
+        });
+        Api::<NodeClaim>::all(self.client.clone())
+            .patch(
+                name,
+                &PatchParams::apply(&format!("{FIELD_MANAGER}-launch")).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map(|_| ())
+            .map_err(api_error(what()))
+    }
+
+    /// Applies a NodeClaim's status.
+    pub async fn apply_node_claim_status(
+        &self,
+        name: &str,
+        status: &NodeClaimStatus,
+    ) -> Result<()> {
+        let what = || format!("status of nodeclaim {name}");
+        self.check(what)?;
+        let body = json!({
+            "apiVersion": NodeClaim::api_version(&()),
+            "kind": NodeClaim::kind(&()),
+            "metadata": {"name": name},
+            "status": status,
+        });
+        match Api::<NodeClaim>::all(self.client.clone())
+            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Deletes a NodeClaim (its finalizer then drains and terminates the node).
+    pub async fn delete_node_claim(&self, name: &str) -> Result<()> {
+        let what = || format!("delete nodeclaim {name}");
+        self.check(what)?;
+        match Api::<NodeClaim>::all(self.client.clone())
+            .delete(name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Removes `finalizer` from a NodeClaim, guarded by the version that was read.
+    pub async fn remove_node_claim_finalizer(
+        &self,
+        claim: &NodeClaim,
+        finalizer: &str,
+    ) -> Result<()> {
+        let name = claim.name_any();
+        let what = || format!("finalizer of nodeclaim {name}");
+        self.check(what)?;
+        let kept: Vec<&String> = claim
+            .finalizers()
+            .iter()
+            .filter(|f| *f != finalizer)
+            .collect();
+        let body =
+            json!({"metadata": {"finalizers": kept, "resourceVersion": claim.resource_version()}});
+        match Api::<NodeClaim>::all(self.client.clone())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Sets a Node's taints, adds labels and sets its finalizers, guarded by the version
+    /// that was read.
+    pub async fn patch_node(
+        &self,
+        node: &Node,
+        taints: &[Taint],
+        labels: &BTreeMap<String, String>,
+        finalizers: &[String],
+    ) -> Result<()> {
+        let name = node.name_any();
+        let what = || format!("patch node {name}");
+        self.check(what)?;
+        let body = json!({
+            "metadata": {
+                "labels": labels,
+                "finalizers": finalizers,
+                "resourceVersion": node.resource_version(),
+            },
+            "spec": {"taints": taints},
+        });
+        match Api::<Node>::all(self.client.clone())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Deletes a Node object.
+    pub async fn delete_node(&self, name: &str) -> Result<()> {
+        let what = || format!("delete node {name}");
+        self.check(what)?;
+        match Api::<Node>::all(self.client.clone())
+            .delete(name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Evicts a pod through the Eviction API, so PodDisruptionBudgets are honoured.
+    pub async fn evict(&self, pod: &Pod) -> Result<()> {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let key = format!("{ns}/{name}");
+        let what = || format!("evict pod {key}");
+        self.check(what)?;
+        let params = EvictParams {
+            delete_options: Some(DeleteParams {
+                preconditions: pod.uid().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            }),
+            post_options: PostParams::default(),
+        };
+        match Api::<Pod>::namespaced(self.client.clone(), &ns)
+            .evict(&name, &params)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 429 => Err(WriteError::EvictionRefused {
+                pod: key,
+                message: s.message,
+            }),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Deletes a pod outright (after a NodeClaim's termination grace period).
+    pub async fn delete_pod(&self, pod: &Pod) -> Result<()> {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let what = || format!("delete pod {ns}/{name}");
+        self.check(what)?;
+        match Api::<Pod>::namespaced(self.client.clone(), &ns)
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Publishes an Event about `object`. Events are reports, so a follower may publish them
+    /// too; a failure is logged, never fatal.
+    pub async fn event(
+        &self,
+        object: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, object).await {
+            tracing::warn!(reason, error = %e, "publishing an event failed");
+        }
+    }
+}
