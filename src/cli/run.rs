@@ -159,7 +159,11 @@ pub fn run(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         .enable_all()
         .build()
         .map_err(CliError::Io)?;
-    runtime.block_on(agent(args, out))
+    let result = runtime.block_on(agent(args, out));
+    // Tasks that ignore cancellation (a blocked exporter, a client mid-request) must not
+    // keep a terminating pod alive past its grace period.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
 }
 
 async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
@@ -273,7 +277,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
             tracing::info!("caches synced; ready");
         }
         () = shutdown_signal() => {
-            tasks.shutdown().await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), tasks.shutdown()).await;
             return Ok(());
         }
     }
@@ -290,7 +294,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     drop(leader);
-    tasks.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), tasks.shutdown()).await;
     Ok(())
 }
 

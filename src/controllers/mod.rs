@@ -5,6 +5,8 @@
 //! - [`provisioning`]: pending pods → planned nodes → NodeClaim objects;
 //! - [`nodeclaim`]: a NodeClaim's life: launch, registration, initialization, liveness and
 //!   termination behind a finalizer (drain through the Eviction API);
+//! - [`disruption`]: consolidation, drift and expiration carried out through NodeClaims,
+//!   replacements ready before anything is drained; reported only in recommend-only mode;
 //! - [`garbage_collection`]: instances without a NodeClaim, NodeClaims without an instance;
 //! - [`writes`]: every write to the cluster, checked against leadership.
 //!
@@ -12,6 +14,7 @@
 //! controller acts on them, so a restart or a new leader continues where the last stopped.
 //! All controllers are started by [`run`] from one list.
 
+pub mod disruption;
 pub mod garbage_collection;
 pub mod nodeclaim;
 pub mod provisioning;
@@ -165,6 +168,7 @@ pub fn labels_of<K: ResourceExt>(object: &K) -> BTreeMap<String, String> {
 pub fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet<()>) {
     tasks.spawn(provisioning::run(ctx.clone()));
     tasks.spawn(nodeclaim::run(ctx.clone()));
+    tasks.spawn(disruption::run(ctx.clone()));
     tasks.spawn(garbage_collection::run(ctx));
 }
 

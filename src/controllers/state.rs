@@ -16,7 +16,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool, RightsizingPolicy};
@@ -52,6 +52,7 @@ pub struct State {
     /// RightsizingPolicies.
     pub policies: Store<RightsizingPolicy>,
     changed: Arc<Notify>,
+    synced: watch::Receiver<bool>,
 }
 
 /// Starts a reflector for `K` on `tasks`, notifying `changed` on every event.
@@ -83,7 +84,8 @@ impl State {
     /// Starts watching every kind; the watches run on `tasks` until they are aborted.
     pub fn start(client: &Client, tasks: &mut JoinSet<()>) -> State {
         let changed = Arc::new(Notify::new());
-        State {
+        let (done, synced) = watch::channel(false);
+        let state = State {
             pods: reflect(client, tasks, &changed),
             nodes: reflect(client, tasks, &changed),
             node_pools: reflect(client, tasks, &changed),
@@ -98,28 +100,44 @@ impl State {
             hpas: reflect(client, tasks, &changed),
             policies: reflect(client, tasks, &changed),
             changed,
-        }
+            synced,
+        };
+        tasks.spawn(state.clone().sync_all(done));
+        state
     }
 
     /// Waits until every store has its first full list.
     pub async fn wait_synced(&self) {
-        // A store's writer lives as long as its watch task, so these only fail when the
-        // agent is shutting down; readiness then no longer matters.
-        let _ = tokio::join!(
-            self.pods.wait_until_ready(),
-            self.nodes.wait_until_ready(),
-            self.node_pools.wait_until_ready(),
-            self.node_claims.wait_until_ready(),
-            self.node_classes.wait_until_ready(),
-            self.pdbs.wait_until_ready(),
-            self.daemon_sets.wait_until_ready(),
-            self.deployments.wait_until_ready(),
-            self.stateful_sets.wait_until_ready(),
-            self.replica_sets.wait_until_ready(),
-            self.jobs.wait_until_ready(),
-            self.hpas.wait_until_ready(),
-            self.policies.wait_until_ready(),
+        let mut synced = self.synced.clone();
+        // An error means the syncing task is gone: the agent is shutting down.
+        let _ = synced.wait_for(|done| *done).await;
+    }
+
+    /// Waits for each store in turn and then announces it. One waiter per store: a store
+    /// wakes only one task waiting for its first list, so every other controller waits on
+    /// the announcement instead.
+    async fn sync_all(self, done: watch::Sender<bool>) {
+        async fn one<K: Clone + Resource<DynamicType = ()> + 'static>(store: &Store<K>) {
+            if store.wait_until_ready().await.is_ok() {
+                tracing::debug!(kind = %K::kind(&()), "store synced");
+            }
+        }
+        tokio::join!(
+            one(&self.pods),
+            one(&self.nodes),
+            one(&self.node_pools),
+            one(&self.node_claims),
+            one(&self.node_classes),
+            one(&self.pdbs),
+            one(&self.daemon_sets),
+            one(&self.deployments),
+            one(&self.stateful_sets),
+            one(&self.replica_sets),
+            one(&self.jobs),
+            one(&self.hpas),
+            one(&self.policies),
         );
+        let _ = done.send(true);
     }
 
     /// Resolves at the next change of any store (or spuriously; callers re-read).

@@ -198,6 +198,21 @@ impl Writer {
         }
     }
 
+    /// Sets (`Some`) or removes (`None`) annotations of a NodeClaim.
+    pub async fn annotate_node_claim(&self, name: &str, annotations: &BTreeMap<&str, Option<String>>) -> Result<()> {
+        let what = || format!("annotate nodeclaim {name}");
+        self.check(what)?;
+        let body = json!({"metadata": {"annotations": annotations}});
+        match Api::<NodeClaim>::all(self.client.clone())
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
     /// Removes `finalizer` from a NodeClaim, guarded by the version that was read.
     pub async fn remove_node_claim_finalizer(
         &self,

@@ -40,6 +40,7 @@ struct Otel {
     catalog_types: OtelGauge<u64>,
     evictions: OtelCounter<u64>,
     leader: OtelGauge<u64>,
+    disruption_decisions: OtelCounter<u64>,
 }
 
 impl Otel {
@@ -66,6 +67,7 @@ impl Otel {
             catalog_types: meter.u64_gauge(names::CATALOG_INSTANCE_TYPES).build(),
             evictions: meter.u64_counter(names::EVICTIONS).build(),
             leader: meter.u64_gauge(names::LEADER).build(),
+            disruption_decisions: meter.u64_counter(names::DISRUPTION_DECISIONS).build(),
         }
     }
 }
@@ -91,6 +93,7 @@ pub struct Metrics {
     catalog_types: Family<Labels, Gauge>,
     evictions: Counter,
     leader: Gauge,
+    disruption_decisions: Family<Labels, Counter>,
     otel: Arc<Otel>,
 }
 
@@ -118,6 +121,7 @@ impl Metrics {
             catalog_types: Family::default(),
             evictions: Counter::default(),
             leader: Gauge::default(),
+            disruption_decisions: Family::default(),
             otel: Arc::new(Otel::new(meter)),
         };
         registry.register(
@@ -169,6 +173,11 @@ impl Metrics {
             names::LEADER,
             "1 while this replica holds the leader lease, else 0",
             m.leader.clone(),
+        );
+        registry.register(
+            names::DISRUPTION_DECISIONS,
+            "Disruption decisions, by method and mode (recommend: reported only)",
+            m.disruption_decisions.clone(),
         );
         Metrics {
             registry: Arc::new(registry),
@@ -265,6 +274,13 @@ impl Metrics {
     pub fn eviction(&self) {
         self.evictions.inc();
         self.otel.evictions.add(1, &[]);
+    }
+
+    /// Counts a disruption decision taken (autonomous) or reported (recommend).
+    pub fn disruption_decision(&self, method: &str, mode: &str) {
+        let l: Labels = vec![(label::METHOD, method.to_string()), (label::MODE, mode.to_string())];
+        self.disruption_decisions.get_or_create(&l).inc();
+        self.otel.disruption_decisions.add(1, &kv(&l));
     }
 
     /// Records whether this replica leads.

@@ -26,6 +26,9 @@ pub const EVICTIONS: &str = "tailor_evictions";
 /// 1 while this replica holds the leader lease (gauge).
 pub const LEADER: &str = "tailor_leader";
 
+/// Disruption decisions, by method and mode (counter).
+pub const DISRUPTION_DECISIONS: &str = "tailor_disruption_decisions";
+
 /// Label keys. Values are always bounded sets (no pod names, no free text).
 pub mod label {
     /// Tailor version.
@@ -46,6 +49,10 @@ pub mod label {
     pub const DECISION: &str = "decision";
     /// Kubernetes kind.
     pub const KIND: &str = "kind";
+    /// Disruption method (`empty`, `drift`, `multi`, `single`, `expiration`).
+    pub const METHOD: &str = "method";
+    /// `recommend` or `autonomous`.
+    pub const MODE: &str = "mode";
     /// Why a NodeClaim went away (`empty`, `underutilized`, `drifted`, `expired`, `interrupted`).
     pub const REASON: &str = "reason";
 }

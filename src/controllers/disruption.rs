@@ -1,0 +1,421 @@
+//! The disruption controller: the leader evaluates the cluster with the pure decisions of
+//! [`crate::disruption`] and carries out one command at a time through NodeClaims.
+//!
+//! A decision waits out a validation delay and is checked again on the cluster as it is
+//! then. Its state lives on the objects, so a restart or a new leader continues it:
+//!
+//! 1. the old NodeClaims are annotated with the command's id and the number of replacements
+//!    it needs, and their nodes tainted `tailor.sh/disrupted:NoSchedule`;
+//! 2. replacement NodeClaims are created, annotated with the same id;
+//! 3. once every replacement is Initialized, the old NodeClaims are deleted and their
+//!    termination drains them through the Eviction API;
+//! 4. a command whose replacements are missing, or not ready within the registration TTL,
+//!    is undone: the taint and annotations are removed, unfinished replacements deleted.
+//!
+//! For a NodePool in recommend-only mode the decision is published as an Event on the pool
+//! with its saving in $/hour, counted in the decision metrics, and nothing is touched.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+
+use super::provisioning::node_claim_for;
+use super::{Context, reference};
+use crate::apis::nodeclaim::condition;
+use crate::apis::{NodeClaim, NodePool, is_condition_true, labels};
+use crate::cloud::CloudProvider;
+use crate::disruption::{self, Decision};
+use crate::provisioning::Mode;
+use crate::state::Snapshot;
+
+/// Karpenter re-checks a consolidation this long after deciding it.
+pub const VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(15);
+/// How often the controller evaluates.
+const INTERVAL: Duration = Duration::from_secs(5);
+/// A recommend-only decision is reported again after this long, not on every pass.
+const REPORT_AGAIN: SignedDuration = SignedDuration::from_mins(10);
+/// A command that made no replacement after this long is abandoned (its creator crashed
+/// between marking the old nodes and creating replacements).
+const ORPHANED_COMMAND: SignedDuration = SignedDuration::from_secs(60);
+
+/// Annotation on the NodeClaims a command disrupts, and on its replacements: the command id.
+pub const COMMAND_ANNOTATION: &str = "tailor.sh/disruption-command";
+/// Annotation on a disrupted NodeClaim: how many replacements its command needs.
+pub const REPLACEMENTS_ANNOTATION: &str = "tailor.sh/disruption-replacements";
+/// Annotation on a disrupted NodeClaim: when its command began (RFC 3339).
+pub const STARTED_ANNOTATION: &str = "tailor.sh/disruption-started";
+/// Annotation on a replacement NodeClaim: it replaces nodes of this command.
+pub const REPLACES_ANNOTATION: &str = "tailor.sh/replaces";
+
+/// A command in flight, as read back from the objects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InFlight {
+    /// Command id.
+    pub id: String,
+    /// Old NodeClaims.
+    pub old: Vec<String>,
+    /// Replacements needed.
+    pub needed: usize,
+    /// Replacement NodeClaims (names) and whether each is initialized.
+    pub replacements: Vec<(String, bool)>,
+    /// When the command began (oldest marking).
+    pub started: Option<Timestamp>,
+}
+
+/// What to do with a command in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// Replacements ready (or none needed): delete the old claims.
+    Finish,
+    /// Keep waiting.
+    Wait,
+    /// Give up and restore the old nodes.
+    Undo(String),
+}
+
+/// Decides the next step of a command in flight. Pure.
+pub fn progress(cmd: &InFlight, now: Timestamp, ttl: SignedDuration) -> Progress {
+    let age = cmd.started.map_or(SignedDuration::ZERO, |s| now.duration_since(s));
+    if cmd.replacements.len() < cmd.needed {
+        return if age >= ORPHANED_COMMAND {
+            Progress::Undo(format!(
+                "{} of {} replacement(s) exist after {age:#}",
+                cmd.replacements.len(),
+                cmd.needed
+            ))
+        } else {
+            Progress::Wait
+        };
+    }
+    if cmd.replacements.iter().all(|(_, ready)| *ready) {
+        return Progress::Finish;
+    }
+    if age >= ttl {
+        return Progress::Undo(format!("replacements not initialized after {age:#}"));
+    }
+    Progress::Wait
+}
+
+/// Commands in flight, read from the NodeClaims' annotations.
+pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
+    let mut by_id: BTreeMap<String, InFlight> = BTreeMap::new();
+    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        let a = c.annotations();
+        if let Some(id) = a.get(COMMAND_ANNOTATION) {
+            let entry = by_id.entry(id.clone()).or_insert_with(|| InFlight {
+                id: id.clone(),
+                old: Vec::new(),
+                needed: 0,
+                replacements: Vec::new(),
+                started: None,
+            });
+            entry.old.push(c.name_any());
+            entry.needed = a.get(REPLACEMENTS_ANNOTATION).and_then(|n| n.parse().ok()).unwrap_or(0);
+            let marked = c
+                .annotations()
+                .get(STARTED_ANNOTATION)
+                .and_then(|t| t.parse::<Timestamp>().ok());
+            entry.started = match (entry.started, marked) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
+    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        if let Some(id) = c.annotations().get(REPLACES_ANNOTATION)
+            && let Some(cmd) = by_id.get_mut(id)
+        {
+            let ready = is_condition_true(
+                &c.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
+                condition::INITIALIZED,
+            );
+            cmd.replacements.push((c.name_any(), ready));
+        }
+    }
+    by_id.into_values().collect()
+}
+
+/// Runs the disruption controller until aborted.
+pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
+    ctx.state.wait_synced().await;
+    let mut validating: Option<(Timestamp, Decision)> = None;
+    let mut reported: HashMap<String, Timestamp> = HashMap::new();
+    loop {
+        tokio::time::sleep(INTERVAL).await;
+        if !ctx.writer.is_leader() {
+            validating = None;
+            continue;
+        }
+        let now = ctx.clock.now();
+        let claims = ctx.state.node_claims.state();
+        let commands = in_flight(&claims);
+        if !commands.is_empty() {
+            validating = None;
+            for cmd in &commands {
+                if let Err(e) = advance(&ctx, cmd, now).await {
+                    tracing::warn!(command = %cmd.id, error = %e, "disruption command step failed");
+                }
+            }
+            continue;
+        }
+        let snapshot = ctx.state.snapshot();
+        let Some(decision) = decide(&ctx, &snapshot, now).await else {
+            validating = None;
+            continue;
+        };
+        let pools: BTreeMap<String, &NodePool> = snapshot.node_pools.iter().map(|p| (p.name_any(), p)).collect();
+        let pool = pool_of(&snapshot, &decision).and_then(|p| pools.get(&p).copied());
+        if ctx.mode_for(pool) == Mode::RecommendOnly {
+            validating = None;
+            let key = format!("{:?}:{}", decision.method, decision.nodes.join(","));
+            let due = reported.get(&key).is_none_or(|t| now.duration_since(*t) >= REPORT_AGAIN);
+            if due {
+                reported.insert(key, now);
+                ctx.metrics.disruption_decision(method_name(&decision), "recommend");
+                if let Some(pool) = pool {
+                    ctx.writer
+                        .event(
+                            &reference(pool),
+                            EventType::Normal,
+                            "WouldDisrupt",
+                            "Disrupt",
+                            format!(
+                                "recommend-only: {} {} saving ${:.4}/hour ({} pod(s) would move); nothing done",
+                                method_name(&decision),
+                                decision.nodes.join(", "),
+                                decision.savings_per_hour,
+                                decision.pods_moved.len()
+                            ),
+                        )
+                        .await;
+                }
+            }
+            continue;
+        }
+        match &validating {
+            Some((since, pending)) if pending.nodes == decision.nodes && pending.method == decision.method => {
+                if now.duration_since(*since) >= VALIDATION_DELAY {
+                    validating = None;
+                    if let Err(e) = start(&ctx, &snapshot, &decision, now).await {
+                        tracing::warn!(error = %e, "starting a disruption failed");
+                    }
+                }
+            }
+            _ => validating = Some((now, decision)),
+        }
+    }
+}
+
+fn method_name(d: &Decision) -> &'static str {
+    match d.method {
+        disruption::Method::Empty => "empty",
+        disruption::Method::Drift => "drift",
+        disruption::Method::Multi => "multi",
+        disruption::Method::Single => "single",
+        disruption::Method::Expiration => "expiration",
+    }
+}
+
+fn pool_of(snapshot: &Snapshot, decision: &Decision) -> Option<String> {
+    let node = decision.nodes.first()?;
+    snapshot
+        .nodes
+        .iter()
+        .find(|n| &n.name_any() == node)?
+        .labels()
+        .get(labels::NODE_POOL)
+        .cloned()
+}
+
+/// The first decision on the cluster now, over Tailor's initialized nodes.
+async fn decide<C: CloudProvider>(ctx: &Context<C>, snapshot: &Snapshot, now: Timestamp) -> Option<Decision> {
+    let types = ctx.instance_types().await.ok()?;
+    // Nodes still launching or initializing are not candidates, and pods pending for them
+    // are the provisioner's.
+    let mut view = snapshot.clone();
+    view.pods.retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+    view.node_pools.retain(|p| super::provisioning::validate_pool(p).is_ok());
+    let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second()).ok()?;
+    let settings = disruption::Settings {
+        all: false,
+        ..disruption::Settings::default()
+    };
+    let started = std::time::Instant::now();
+    let report = disruption::evaluate(&cluster, &settings);
+    ctx.metrics.observe_decision("consolidation", started.elapsed().as_secs_f64());
+    report.decisions.into_iter().next()
+}
+
+/// Marks the old claims and creates the replacements.
+async fn start<C: CloudProvider>(ctx: &Context<C>, snapshot: &Snapshot, decision: &Decision, now: Timestamp) -> Result<(), String> {
+    let types = ctx.instance_types().await?;
+    let mut view = snapshot.clone();
+    view.pods.retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+    view.node_pools.retain(|p| super::provisioning::validate_pool(p).is_ok());
+    let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second()).map_err(|e| e.to_string())?;
+    let settings = disruption::Settings {
+        all: false,
+        ..disruption::Settings::default()
+    };
+    let plan = disruption::revalidate(&cluster, &settings, decision)?;
+    let id = format!("{}-{:08x}", method_name(decision), rand::random::<u32>());
+    let claims: Vec<&NodeClaim> = decision
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            snapshot
+                .node_claims
+                .iter()
+                .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_ref()) == Some(node))
+        })
+        .collect();
+    if claims.len() != decision.nodes.len() {
+        return Err(format!("not every node of {:?} has a NodeClaim", decision.nodes));
+    }
+    ctx.metrics.disruption_decision(method_name(decision), "autonomous");
+    tracing::info!(command = %id, method = method_name(decision), nodes = ?decision.nodes, replacements = plan.node_claims.len(), savings = decision.savings_per_hour, "disrupting");
+    // 1. Mark and taint the old nodes: nothing new lands there from now on.
+    for claim in &claims {
+        let marks = BTreeMap::from([
+            (COMMAND_ANNOTATION, Some(id.clone())),
+            (REPLACEMENTS_ANNOTATION, Some(plan.node_claims.len().to_string())),
+            (STARTED_ANNOTATION, Some(now.to_string())),
+            (labels::TERMINATION_REASON_ANNOTATION, Some(method_name(decision).to_string())),
+        ]);
+        ctx.writer
+            .annotate_node_claim(&claim.name_any(), &marks)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(node) = snapshot
+            .nodes
+            .iter()
+            .find(|n| Some(n.name_any()) == claim.status.as_ref().and_then(|s| s.node_name.clone()))
+        {
+            taint(ctx, node, true).await?;
+        }
+    }
+    // 2. Replacements, created as NodeClaims and launched by the lifecycle controller.
+    let pools: BTreeMap<String, &NodePool> = snapshot.node_pools.iter().map(|p| (p.name_any(), p)).collect();
+    for planned in &plan.node_claims {
+        let pool = pools
+            .get(&planned.node_pool)
+            .ok_or_else(|| format!("nodepool {} is gone", planned.node_pool))?;
+        let mut claim = node_claim_for(planned, pool, snapshot);
+        claim.annotations_mut().insert(REPLACES_ANNOTATION.to_string(), id.clone());
+        ctx.writer.apply_node_claim(&claim).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+async fn taint<C: CloudProvider>(ctx: &Context<C>, node: &Node, on: bool) -> Result<(), String> {
+    let mut taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let has = taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY);
+    if on == has {
+        return Ok(());
+    }
+    if on {
+        taints.push(Taint {
+            key: labels::DISRUPTED_TAINT_KEY.to_string(),
+            effect: "NoSchedule".to_string(),
+            ..Taint::default()
+        });
+    } else {
+        taints.retain(|t| t.key != labels::DISRUPTED_TAINT_KEY);
+    }
+    ctx.writer
+        .patch_node(node, &taints, &BTreeMap::new(), node.finalizers())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Moves a command in flight one step.
+async fn advance<C: CloudProvider>(ctx: &Context<C>, cmd: &InFlight, now: Timestamp) -> Result<(), String> {
+    match progress(cmd, now, ctx.settings.registration_ttl) {
+        Progress::Wait => Ok(()),
+        Progress::Finish => {
+            for old in &cmd.old {
+                ctx.writer.delete_node_claim(old).await.map_err(|e| e.to_string())?;
+            }
+            // The replacements are ordinary nodes from now on.
+            for (name, _) in &cmd.replacements {
+                ctx.writer
+                    .annotate_node_claim(name, &BTreeMap::from([(REPLACES_ANNOTATION, None)]))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            tracing::info!(command = %cmd.id, old = ?cmd.old, "replacements ready; old nodeclaims deleted");
+            Ok(())
+        }
+        Progress::Undo(why) => {
+            tracing::warn!(command = %cmd.id, %why, "undoing disruption command");
+            for (name, ready) in &cmd.replacements {
+                if !ready {
+                    ctx.writer.delete_node_claim(name).await.map_err(|e| e.to_string())?;
+                }
+            }
+            let claims = ctx.state.node_claims.state();
+            let nodes = ctx.state.nodes.state();
+            for old in &cmd.old {
+                let Some(claim) = claims.iter().find(|c| &c.name_any() == old) else { continue };
+                if let Some(node) = nodes
+                    .iter()
+                    .find(|n| Some(n.name_any()) == claim.status.as_ref().and_then(|s| s.node_name.clone()))
+                {
+                    taint(ctx, node, false).await?;
+                }
+                let cleared = [COMMAND_ANNOTATION, REPLACEMENTS_ANNOTATION, STARTED_ANNOTATION, labels::TERMINATION_REASON_ANNOTATION]
+                    .into_iter()
+                    .map(|k| (k, None))
+                    .collect();
+                ctx.writer
+                    .annotate_node_claim(old, &cleared)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).expect("valid")
+    }
+
+    fn cmd(needed: usize, replacements: &[bool]) -> InFlight {
+        InFlight {
+            id: "single-1".to_string(),
+            old: vec!["old".to_string()],
+            needed,
+            replacements: replacements.iter().enumerate().map(|(i, r)| (format!("r{i}"), *r)).collect(),
+            started: Some(t(0)),
+        }
+    }
+
+    const TTL: SignedDuration = SignedDuration::from_mins(15);
+
+    #[test]
+    fn old_nodes_go_only_once_every_replacement_is_initialized() {
+        assert_eq!(progress(&cmd(0, &[]), t(1), TTL), Progress::Finish, "a deletion needs none");
+        assert_eq!(progress(&cmd(1, &[false]), t(30), TTL), Progress::Wait);
+        assert_eq!(progress(&cmd(2, &[true, false]), t(30), TTL), Progress::Wait);
+        assert_eq!(progress(&cmd(2, &[true, true]), t(30), TTL), Progress::Finish);
+    }
+
+    #[test]
+    fn a_command_left_half_made_by_a_crash_is_undone() {
+        // Marked, but the replacement was never created: undone after a minute.
+        assert_eq!(progress(&cmd(1, &[]), t(30), TTL), Progress::Wait);
+        assert!(matches!(progress(&cmd(1, &[]), t(61), TTL), Progress::Undo(_)));
+        // Replacement never became ready: undone after the registration TTL.
+        assert!(matches!(progress(&cmd(1, &[false]), t(15 * 60), TTL), Progress::Undo(_)));
+    }
+}
