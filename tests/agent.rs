@@ -264,7 +264,7 @@ async fn in_recommend_mode_pending_pods_are_reported_with_a_price_and_nothing_is
     })
     .await;
     let note = report.message.clone().unwrap_or_default();
-    assert!(note.contains("6 pending pod(s)") && note.contains("$/hour"), "{note}");
+    assert!(note.contains("6 pending pod(s)") && note.contains("/hour") && note.contains("nothing launched"), "{note}");
     assert_eq!(report.involved_object.kind.as_deref(), Some("NodePool"));
     let claims: Api<NodeClaim> = Api::all(cp.client.clone());
     assert!(list(&claims).await.is_empty(), "recommend mode created a NodeClaim");
@@ -285,4 +285,529 @@ async fn in_recommend_mode_pending_pods_are_reported_with_a_price_and_nothing_is
     })
     .await;
     assert!(!list(&claims).await.is_empty());
+}
+
+fn claims_api(cp: &ControlPlane) -> Api<NodeClaim> {
+    Api::all(cp.client.clone())
+}
+
+fn instance_types_of(claim: &NodeClaim) -> Vec<String> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == labels::INSTANCE_TYPE)
+        .flat_map(|r| r.values.clone())
+        .collect()
+}
+
+const ONE_ZONE_POOL: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [Standard_D4s_v5, Standard_D8s_v5]}
+      - {key: topology.kubernetes.io/zone, operator: In, values: [eastus-1]}
+      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until_its_ttl_expires() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(ONE_ZONE_POOL).await;
+    let agent = Agent::start(
+        &cp,
+        "agent-ice",
+        &[
+            "--mode",
+            "autonomous",
+            "--kwok-no-capacity",
+            "Standard_D4s_v5/eastus-1/on-demand",
+            "--unavailable-offerings-ttl",
+            "20s",
+        ],
+    );
+    agent.wait_ready().await;
+    let claims = claims_api(&cp);
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+
+    // 1. Three cores fit a D4s_v5: the claim asks for it first, gets the D8s_v5.
+    cp.apply_yaml(&deployment("first", 1, "3", "4Gi", "")).await;
+    let first = eventually(Duration::from_secs(60), "the first node", || async {
+        list(&nodes).await.into_iter().next()
+    })
+    .await;
+    assert_eq!(first.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("Standard_D8s_v5"));
+    let first_claims = list(&claims).await;
+    assert_eq!(first_claims.len(), 1);
+    assert_eq!(instance_types_of(&first_claims[0])[0], "Standard_D4s_v5", "planned on the cheaper size first");
+    assert!(agent.metrics().await.contains("tailor_unavailable_offerings 1"), "{}", agent.metrics().await);
+
+    // 2. Within the TTL, the next claim does not ask for the failed offering at all.
+    cp.apply_yaml(&deployment("second", 1, "3", "4Gi", "")).await;
+    let second = eventually(Duration::from_secs(60), "a second claim", || async {
+        list(&claims)
+            .await
+            .into_iter()
+            .find(|c| c.name_any() != first_claims[0].name_any())
+    })
+    .await;
+    assert_eq!(instance_types_of(&second), ["Standard_D8s_v5"], "the unavailable D4s_v5 was not retried");
+
+    // 3. After the TTL the offering is tried again (and fails again, so still D8s_v5).
+    eventually(Duration::from_secs(60), "the unavailable offering to expire", || async {
+        let m = agent.metrics().await;
+        (!m.contains("tailor_unavailable_offerings 1")).then_some(())
+    })
+    .await;
+    cp.apply_yaml(&deployment("third", 1, "3", "4Gi", "")).await;
+    let seen: BTreeSet<String> = [first_claims[0].name_any(), second.name_any()].into();
+    let third = eventually(Duration::from_secs(60), "a third claim", || async {
+        list(&claims).await.into_iter().find(|c| !seen.contains(&c.name_any()))
+    })
+    .await;
+    assert_eq!(instance_types_of(&third)[0], "Standard_D4s_v5", "retried after the TTL");
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(60), "3 pods Running", || async {
+        (running(&list(&pods).await) == 3).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_it() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    let agent = Agent::start(&cp, "agent-bad", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+
+    // An unknown requirement operator never reaches the agent: the CRD schema refuses it.
+    let bad_operator = POOL.replace("operator: In, values: [D, E, F]", "operator: Near, values: [D]");
+    let doc = bad_operator.split("---").nth(1).expect("nodepool document");
+    let message = cp.try_create(doc).await.expect_err("the API server refuses an unknown operator");
+    assert!(message.contains("Near"), "{message}");
+    let pools: Api<NodePool> = Api::all(cp.client.clone());
+
+    // A negative limit passes the schema; the agent reports it and launches nothing for it.
+    cp.apply_yaml(&POOL.replace("limits: {cpu: \"1000\"}", "limits: {cpu: \"-5\"}")).await;
+    cp.apply_yaml(&deployment("web", 2, "500m", "512Mi", "")).await;
+    let condition = eventually(Duration::from_secs(60), "ValidationSucceeded=False on the pool", || async {
+        let pool = pools.get("default").await.ok()?;
+        pool.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "ValidationSucceeded" && c.status == "False")
+    })
+    .await;
+    assert!(condition.message.contains("spec.limits.cpu") && condition.message.contains("-5"), "{}", condition.message);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(list(&claims_api(&cp)).await.is_empty(), "a claim was created for an invalid pool");
+    let health = reqwest::get(format!("{}/readyz", agent.url)).await.expect("readyz");
+    assert!(health.status().is_success(), "the agent keeps running");
+
+    // Fixed, the same pool provisions.
+    pools
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"limits": {"cpu": "100"}}})),
+        )
+        .await
+        .expect("fix the limit");
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(90), "2 pods Running once the pool is fixed", || async {
+        (running(&list(&pods).await) == 2).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_doubles_or_orphans() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(POOL).await;
+    let mut first = Agent::start(&cp, "agent-1", &["--mode", "autonomous", "--kwok-launch-delay", "3s"]);
+    first.wait_ready().await;
+    let second = Agent::start(&cp, "agent-2", &["--mode", "autonomous", "--kwok-launch-delay", "3s"]);
+    second.wait_ready().await;
+    assert!(first.metrics().await.contains("tailor_leader 1"), "the first agent leads");
+    assert!(second.metrics().await.contains("tailor_leader 0"), "the second follows, ready and warm");
+
+    let workloads = format!(
+        "{}\n---\n{}",
+        deployment("web", 30, "1", "2Gi", ""),
+        deployment("api", 20, "500m", "1Gi", "")
+    );
+    cp.apply_yaml(&workloads).await;
+    let claims = claims_api(&cp);
+    // Kill the leader once it has created claims but (launch delay 3 s) not launched them all.
+    eventually(Duration::from_secs(60), "the leader's first NodeClaim", || async {
+        (!list(&claims).await.is_empty()).then_some(())
+    })
+    .await;
+    first.kill();
+
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(180), "50 pods Running under the new leader", || async {
+        (running(&list(&pods).await) == 50).then_some(())
+    })
+    .await;
+    assert!(second.metrics().await.contains("tailor_leader 1"), "the second agent took over");
+    // Let garbage collection and lifecycle settle, then compare claims and nodes one to one.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let claims = list(&claims).await;
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let nodes = list(&nodes).await;
+    let claim_nodes: BTreeSet<String> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
+        .collect();
+    let node_names: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+    assert_eq!(claim_nodes, node_names, "every node has its claim and every claim its node");
+    assert_eq!(claims.len(), nodes.len(), "no claim without a node");
+    // No double provisioning: every node holds pods, and the total is what one plan buys.
+    let all = list(&pods).await;
+    for n in &node_names {
+        assert!(
+            all.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(n)),
+            "node {n} was bought for nothing"
+        );
+    }
+    let (_, planned) = simulated_cost(&format!("{POOL}\n---\n{workloads}"));
+    assert!(nodes.len() <= planned + 1, "{} nodes where one plan needs {planned}", nodes.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_drain_finishes_the_drain_after_a_restart() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(POOL).await;
+    let mut agent = Agent::start(&cp, "agent-drain", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    // One pod at a time may go: the drain of a node holding four takes several passes.
+    cp.apply_yaml(&deployment("web", 4, "3", "4Gi", "")).await;
+    cp.apply_yaml(
+        r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: web}}
+"#,
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(90), "4 pods Running", || async {
+        (running(&list(&pods).await) == 4).then_some(())
+    })
+    .await;
+    let claims = claims_api(&cp);
+    let victim = list(&claims).await.into_iter().next().expect("a claim");
+    let node_name = victim.status.as_ref().and_then(|s| s.node_name.clone()).expect("registered");
+    claims
+        .delete(&victim.name_any(), &Default::default())
+        .await
+        .expect("delete the claim");
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    eventually(Duration::from_secs(30), "the node cordoned for the drain", || async {
+        let n = nodes.get(&node_name).await.ok()?;
+        n.spec?
+            .taints?
+            .iter()
+            .any(|t| t.key == labels::DISRUPTED_TAINT_KEY)
+            .then_some(())
+    })
+    .await;
+    agent.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(nodes.get(&node_name).await.is_ok(), "the node outlived the agent");
+
+    let restarted = Agent::start(&cp, "agent-drain-2", &["--mode", "autonomous"]);
+    restarted.wait_ready().await;
+    eventually(Duration::from_secs(120), "the drained node and its claim gone", || async {
+        let gone_node = nodes.get_opt(&node_name).await.ok()?.is_none();
+        let gone_claim = claims.get_opt(&victim.name_any()).await.ok()?.is_none();
+        (gone_node && gone_claim).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(120), "4 pods Running again", || async {
+        (running(&list(&pods).await) == 4).then_some(())
+    })
+    .await;
+    let cordoned: Vec<String> = list(&nodes)
+        .await
+        .iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY))
+        })
+        .map(|n| n.name_any())
+        .collect();
+    assert!(cordoned.is_empty(), "left cordoned: {cordoned:?}");
+}
+
+/// A pool that consolidates at once, one node at a time at most 100% of the pool.
+const EAGER_POOL: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: tailor.sh/sku-family, operator: In, values: [D]}
+      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 0s
+    budgets: [{nodes: "100%"}]
+"#;
+
+async fn scale(cp: &ControlPlane, name: &str, replicas: i32) {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(cp.client.clone(), "default");
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .expect("scale");
+}
+
+fn ready_count(pods: &[Pod], app: &str) -> usize {
+    pods.iter()
+        .filter(|p| p.labels().get("app").map(String::as_str) == Some(app) && p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count()
+}
+
+fn node_cost(nodes: &[Node]) -> f64 {
+    nodes.iter().map(price).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disrupt_pod() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(EAGER_POOL).await;
+    let agent = Agent::start(&cp, "agent-consolidate", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    cp.apply_yaml(&deployment("web", 24, "1500m", "2Gi", "")).await;
+    cp.apply_yaml(
+        r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 5
+  selector: {matchLabels: {app: web}}
+"#,
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(120), "24 web pods Running", || async {
+        (running(&list(&pods).await) == 24).then_some(())
+    })
+    .await;
+    // The protected pod lands last, on whatever node has room.
+    let keep = deployment("keep", 1, "100m", "128Mi", "").replace(
+        "    metadata: {labels: {app: keep}}",
+        "    metadata: {labels: {app: keep}, annotations: {tailor.sh/do-not-disrupt: \"true\"}}",
+    );
+    cp.apply_yaml(&keep).await;
+    let kept = eventually(Duration::from_secs(60), "the do-not-disrupt pod Running", || async {
+        list(&pods).await.into_iter().find(|p| {
+            p.labels().get("app").map(String::as_str) == Some("keep")
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+    })
+    .await;
+    let kept_node = kept.spec.as_ref().and_then(|s| s.node_name.clone()).expect("bound");
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let before = list(&nodes).await;
+    let cost_before = node_cost(&before);
+
+    scale(&cp, "web", 6).await;
+    // Watch the PDB while consolidation runs: never fewer than 5 ready web pods.
+    let mut lowest = usize::MAX;
+    let start = std::time::Instant::now();
+    let mut settled_at = None;
+    while start.elapsed() < Duration::from_secs(240) {
+        let listed = list(&pods).await;
+        let web_ready = ready_count(&listed, "web");
+        if web_ready <= 6 {
+            lowest = lowest.min(web_ready);
+        }
+        let now_nodes = list(&nodes).await;
+        let cost = node_cost(&now_nodes);
+        if cost < cost_before * 0.6 && running(&listed) == 7 {
+            settled_at.get_or_insert(start.elapsed());
+            if start.elapsed() > settled_at.unwrap_or_default() + Duration::from_secs(20) {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = list(&nodes).await;
+    let cost_after = node_cost(&after);
+    println!(
+        "consolidation: {} nodes at {cost_before:.4} $/hour -> {} nodes at {cost_after:.4} $/hour; lowest ready web pods {lowest} (PDB minAvailable 5)",
+        before.len(),
+        after.len()
+    );
+    assert!(cost_after < cost_before * 0.6, "{cost_before} -> {cost_after}\n{}", agent.log());
+    assert!(lowest >= 5, "the PDB was violated: {lowest} ready");
+    let still = pods.get(&kept.name_any()).await.expect("the do-not-disrupt pod is never evicted");
+    assert_eq!(still.uid(), kept.uid());
+    assert!(after.iter().any(|n| n.name_any() == kept_node), "its node is kept");
+    assert!(agent.metrics().await.contains("tailor_disruption_decisions_total{method="), "decisions counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recommend_only_disruption_reports_and_touches_nothing_until_the_pool_turns_autonomous() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(EAGER_POOL).await;
+    // Nodes are bought in autonomous mode; then the pool alone is switched to recommend.
+    let agent = Agent::start(&cp, "agent-rec", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    cp.apply_yaml(&deployment("web", 12, "1500m", "2Gi", "")).await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(120), "12 pods Running", || async {
+        (running(&list(&pods).await) == 12).then_some(())
+    })
+    .await;
+    let pools: Api<NodePool> = Api::all(cp.client.clone());
+    let annotate = |mode: &'static str| {
+        let pools = pools.clone();
+        async move {
+            pools
+                .patch(
+                    "default",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {labels::MODE_ANNOTATION: mode}}})),
+                )
+                .await
+                .expect("annotate");
+        }
+    };
+    annotate("recommend").await;
+    let claims = claims_api(&cp);
+    let claims_before: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
+    scale(&cp, "web", 2).await;
+
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let report = eventually(Duration::from_secs(90), "a WouldDisrupt event", || async {
+        list(&events)
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("WouldDisrupt"))
+    })
+    .await;
+    let note = report.message.unwrap_or_default();
+    assert!(note.contains("saving $") && note.contains("nothing done"), "{note}");
+    assert!(agent.metrics().await.contains("mode=\"recommend\""), "the decision is counted as a recommendation");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let claims_now: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
+    assert_eq!(claims_now, claims_before, "recommend mode deleted or created a NodeClaim");
+    assert!(agent.metrics().await.contains("tailor_evictions_total 0"), "recommend mode evicted");
+    assert!(list(&claims).await.iter().all(|c| c.metadata.deletion_timestamp.is_none()));
+
+    // The same agent acts as soon as the pool turns autonomous.
+    annotate("autonomous").await;
+    eventually(Duration::from_secs(180), "a node removed after the switch", || async {
+        let now: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
+        (now.len() < claims_before.len()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drifted_nodes_are_replaced_and_the_replacement_is_ready_before_the_drain() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(EAGER_POOL).await;
+    let agent = Agent::start(&cp, "agent-drift", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    cp.apply_yaml(&deployment("web", 3, "1", "2Gi", "")).await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(90), "3 pods Running", || async {
+        (running(&list(&pods).await) == 3).then_some(())
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let old: BTreeSet<String> = list(&nodes).await.iter().map(|n| n.name_any()).collect();
+
+    // The pool now wants E-family nodes: every D node has drifted.
+    let pools: Api<NodePool> = Api::all(cp.client.clone());
+    let mut pool = pools.get("default").await.expect("pool");
+    for r in &mut pool.spec.template.spec.requirements {
+        if r.key == labels::SKU_FAMILY {
+            r.values = vec!["E".to_string()];
+        }
+    }
+    pool.metadata.managed_fields = None;
+    pools.replace("default", &Default::default(), &pool).await.expect("update pool");
+
+    // Throughout: an old node is only drained once an E node is Initialized.
+    let claims = claims_api(&cp);
+    let start = std::time::Instant::now();
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(240), "drift not replaced\n{}", agent.log());
+        let listed_nodes = list(&nodes).await;
+        let listed_claims = list(&claims).await;
+        let ready_e = listed_claims.iter().any(|c| {
+            c.labels().get(labels::SKU_FAMILY).map(String::as_str) == Some("E")
+                || listed_nodes.iter().any(|n| {
+                    Some(n.name_any()) == c.status.as_ref().and_then(|s| s.node_name.clone())
+                        && n.labels().get(labels::SKU_FAMILY).map(String::as_str) == Some("E")
+                        && tailor::apis::is_condition_true(&c.status.clone().unwrap_or_default().conditions, "Initialized")
+                })
+        });
+        // Draining starts when an old node's claim is deleted (its termination evicts).
+        let draining = listed_claims.iter().any(|c| {
+            c.metadata.deletion_timestamp.is_some()
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| old.contains(n))
+        });
+        let old_gone = listed_nodes.iter().all(|n| !old.contains(&n.name_any()));
+        assert!(!draining || ready_e || old_gone, "an old node is drained before its replacement is ready");
+        if old_gone && running(&list(&pods).await) == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let families: BTreeSet<String> = list(&nodes)
+        .await
+        .iter()
+        .filter_map(|n| n.labels().get(labels::SKU_FAMILY).cloned())
+        .collect();
+    assert_eq!(families, BTreeSet::from(["E".to_string()]));
 }

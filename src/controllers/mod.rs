@@ -119,6 +119,7 @@ impl<C: CloudProvider> Context<C> {
                     .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
             })
             .collect();
+        self.metrics.set_unavailable_offerings(unavailable.len());
         Ok(move |settings: &NodeSettings| {
             let mut options = self.catalog_options.clone();
             options.node = NodeSettings {

@@ -26,6 +26,10 @@ use crate::scheduling::input::pool_from;
 use crate::scheduling::{self, ExistingNode, Input, Options, Plan, PlannedNodeClaim};
 use crate::state::Snapshot;
 
+/// How long a pod that could not be planned (no valid NodePool, the catalog unavailable) waits
+/// before it is planned again.
+const RETRY: SignedDuration = SignedDuration::from_secs(10);
+
 /// How long a pod planned onto an existing node, or reported in recommend-only mode, is left
 /// alone before it is planned again.
 const COVER: SignedDuration = SignedDuration::from_secs(60);
@@ -83,6 +87,11 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         if round.batcher.ready(now) {
             round.batcher.reset();
             provision(&ctx, &mut round, &snapshot, now).await;
+            // Whatever the round could not cover is looked at again after a pause.
+            let retry_at = now.checked_add(RETRY).unwrap_or(now);
+            for pod in std::mem::take(&mut round.uncovered) {
+                round.covered.entry(pod).or_insert(Target::Until(retry_at));
+            }
         }
     }
 }
@@ -147,6 +156,8 @@ fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
         }
     }
     round.first_seen.retain(|uid, _| pending_uids.contains(uid));
+    let pending_keys: BTreeSet<String> = snapshot.pods.iter().filter(|p| is_provisionable(p)).map(key).collect();
+    round.covered.retain(|k, _| pending_keys.contains(k));
     round.told.retain(|(uid, _)| pending_uids.contains(uid));
     if !uncovered.is_empty() && uncovered != round.uncovered {
         round.batcher.observe(now);
@@ -167,11 +178,12 @@ async fn provision<C: CloudProvider>(
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect();
-    let (valid, invalid): (Vec<&NodePool>, Vec<&NodePool>) =
-        pools.into_iter().partition(|p| validate_pool(p).is_ok());
-    for pool in invalid {
-        if let Err(message) = validate_pool(pool) {
-            tracing::warn!(nodepool = %pool.name_any(), %message, "nodepool is invalid; nothing is launched for it");
+    let mut valid = Vec::new();
+    for pool in pools {
+        let verdict = validate_pool(pool);
+        report_validation(ctx, pool, &verdict, now).await;
+        if verdict.is_ok() {
+            valid.push(pool);
         }
     }
     if valid.is_empty() {
@@ -212,7 +224,41 @@ async fn provision<C: CloudProvider>(
     );
     ctx.metrics
         .observe_decision("scheduling", started.elapsed().as_secs_f64());
+    tracing::debug!(
+        pending = input.pending.len(),
+        new_nodes = plan.node_claims.len(),
+        on_existing = plan.existing_nodes.iter().map(|e| e.pods.len()).sum::<usize>(),
+        unschedulable = plan.unschedulable.len(),
+        "planned pending pods"
+    );
     act(ctx, round, snapshot, &plan, now).await;
+}
+
+/// Records the verdict as the pool's `ValidationSucceeded` condition (only when it changes),
+/// with an Event when the pool is invalid: nothing is launched for an invalid pool.
+async fn report_validation<C: CloudProvider>(ctx: &Context<C>, pool: &NodePool, verdict: &Result<(), String>, now: Timestamp) {
+    use crate::apis::nodepool::condition::VALIDATION_SUCCEEDED;
+    let mut status = pool.status.clone().unwrap_or_default();
+    let (ok, reason, message) = match verdict {
+        Ok(()) => (true, "Valid", String::new()),
+        Err(m) => (false, "Invalid", m.clone()),
+    };
+    let changed = crate::apis::set_condition(
+        &mut status.conditions,
+        super::nodeclaim::condition(VALIDATION_SUCCEEDED, ok, reason, message.clone(), now),
+    );
+    if !changed {
+        return;
+    }
+    if !ok {
+        tracing::warn!(nodepool = %pool.name_any(), %message, "nodepool is invalid; nothing is launched for it");
+        ctx.writer
+            .event(&reference(pool), EventType::Warning, "InvalidNodePool", "Validate", message)
+            .await;
+    }
+    if let Err(e) = ctx.writer.apply_node_pool_status(&pool.name_any(), &status).await {
+        tracing::warn!(nodepool = %pool.name_any(), error = %e, "recording nodepool validation failed");
+    }
 }
 
 /// Checks the NodePool as the scheduler will read it: requirements, limits, template.

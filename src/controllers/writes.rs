@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::apis::labels::FIELD_MANAGER;
-use crate::apis::{NodeClaim, NodeClaimStatus};
+use crate::apis::{NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus};
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +175,26 @@ impl Writer {
             "status": status,
         });
         match Api::<NodeClaim>::all(self.client.clone())
+            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Applies a NodePool's status (its conditions).
+    pub async fn apply_node_pool_status(&self, name: &str, status: &NodePoolStatus) -> Result<()> {
+        let what = || format!("status of nodepool {name}");
+        self.check(what)?;
+        let body = json!({
+            "apiVersion": NodePool::api_version(&()),
+            "kind": NodePool::kind(&()),
+            "metadata": {"name": name},
+            "status": status,
+        });
+        match Api::<NodePool>::all(self.client.clone())
             .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
             .await
         {

@@ -41,6 +41,7 @@ struct Otel {
     evictions: OtelCounter<u64>,
     leader: OtelGauge<u64>,
     disruption_decisions: OtelCounter<u64>,
+    unavailable_offerings: OtelGauge<u64>,
 }
 
 impl Otel {
@@ -68,6 +69,7 @@ impl Otel {
             evictions: meter.u64_counter(names::EVICTIONS).build(),
             leader: meter.u64_gauge(names::LEADER).build(),
             disruption_decisions: meter.u64_counter(names::DISRUPTION_DECISIONS).build(),
+            unavailable_offerings: meter.u64_gauge(names::UNAVAILABLE_OFFERINGS).build(),
         }
     }
 }
@@ -94,6 +96,7 @@ pub struct Metrics {
     evictions: Counter,
     leader: Gauge,
     disruption_decisions: Family<Labels, Counter>,
+    unavailable_offerings: Gauge,
     otel: Arc<Otel>,
 }
 
@@ -122,6 +125,7 @@ impl Metrics {
             evictions: Counter::default(),
             leader: Gauge::default(),
             disruption_decisions: Family::default(),
+            unavailable_offerings: Gauge::default(),
             otel: Arc::new(Otel::new(meter)),
         };
         registry.register(
@@ -178,6 +182,11 @@ impl Metrics {
             names::DISRUPTION_DECISIONS,
             "Disruption decisions, by method and mode (recommend: reported only)",
             m.disruption_decisions.clone(),
+        );
+        registry.register(
+            names::UNAVAILABLE_OFFERINGS,
+            "Offerings (size, zone, capacity type) cached as unavailable after a capacity error",
+            m.unavailable_offerings.clone(),
         );
         Metrics {
             registry: Arc::new(registry),
@@ -281,6 +290,13 @@ impl Metrics {
         let l: Labels = vec![(label::METHOD, method.to_string()), (label::MODE, mode.to_string())];
         self.disruption_decisions.get_or_create(&l).inc();
         self.otel.disruption_decisions.add(1, &kv(&l));
+    }
+
+    /// Sets how many offerings are cached as unavailable.
+    pub fn set_unavailable_offerings(&self, count: usize) {
+        self.unavailable_offerings
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        self.otel.unavailable_offerings.record(count as u64, &[]);
     }
 
     /// Records whether this replica leads.

@@ -29,6 +29,9 @@ pub const LEADER: &str = "tailor_leader";
 /// Disruption decisions, by method and mode (counter).
 pub const DISRUPTION_DECISIONS: &str = "tailor_disruption_decisions";
 
+/// Offerings cached as unavailable after a capacity error (gauge).
+pub const UNAVAILABLE_OFFERINGS: &str = "tailor_unavailable_offerings";
+
 /// Label keys. Values are always bounded sets (no pod names, no free text).
 pub mod label {
     /// Tailor version.

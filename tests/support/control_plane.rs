@@ -109,8 +109,14 @@ impl ControlPlane {
             if value.is_null() {
                 continue;
             }
-            create_value(&self.client, value).await;
+            create_value(&self.client, value).await.unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+
+    /// Creates the single object of a YAML text, returning the API server's refusal.
+    pub async fn try_create(&self, yaml: &str) -> Result<(), String> {
+        let value: serde_json::Value = serde_yaml::from_str(yaml).expect("YAML");
+        create_value(&self.client, value).await
     }
 
     /// Tail of one component's log, for failure messages.
@@ -132,7 +138,7 @@ pub async fn client_for(kubeconfig: &Path) -> Client {
 }
 
 /// Creates one object given as JSON, by its apiVersion and kind.
-pub async fn create_value(client: &Client, value: serde_json::Value) {
+pub async fn create_value(client: &Client, value: serde_json::Value) -> Result<(), String> {
     use kube::api::DynamicObject;
     use kube::discovery::ApiResource;
     let api_version = value["apiVersion"].as_str().expect("apiVersion").to_string();
@@ -155,7 +161,8 @@ pub async fn create_value(client: &Client, value: serde_json::Value) {
     };
     api.create(&PostParams::default(), &object)
         .await
-        .unwrap_or_else(|e| panic!("creating {kind} {:?}: {e}", object.metadata.name));
+        .map(|_| ())
+        .map_err(|e| format!("creating {kind} {:?}: {e}", object.metadata.name))
 }
 
 /// Polls `probe` every 250 ms until it returns `Some`, failing the test after `timeout`.
