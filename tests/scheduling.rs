@@ -184,6 +184,127 @@ fn preferred_node_affinity_is_relaxed_when_it_cannot_be_met() {
     assert_eq!(p.node_claims.len(), 1);
 }
 
+/// Pods of `plan` whose name starts with `prefix`, counted per value of a claim label.
+fn pods_per_label(
+    plan: &Plan,
+    prefix: &str,
+    label: &str,
+) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for c in &plan.node_claims {
+        let n = c
+            .pods
+            .iter()
+            .filter(|p| p.starts_with(&format!("default/{prefix}")))
+            .count();
+        if n > 0 {
+            *out.entry(c.labels[label].clone()).or_insert(0) += n;
+        }
+    }
+    out
+}
+
+const PREFER_E: &str = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: karpenter.azure.com/sku-family, operator: In, values: [E]}]}";
+
+#[test]
+fn the_cost_aware_packer_keeps_a_preferred_sku_family_that_can_be_met() {
+    // A D or an arm64 D would be cheaper for 1-core pods, but E sizes are allowed, so the
+    // preference holds as a requirement.
+    let p = plan(&format!("{POOL}{}", pods("pref", 3, "1", "1Gi", PREFER_E)));
+    assert_eq!(p.summary.scheduled_on_new, 3, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "pref", "tailor.sh/sku-family"),
+        [("E".to_string(), 3)].into(),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn the_cost_aware_packer_keeps_a_preferred_zone_beside_pods_that_have_none() {
+    let prefer_zone = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [eastus-3]}]}";
+    let yaml = format!(
+        "{POOL}{}{}",
+        pods("pref", 5, "900m", "3100Mi", prefer_zone),
+        pods("free", 7, "900m", "3100Mi", "")
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 12, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "pref", "topology.kubernetes.io/zone"),
+        [("eastus-3".to_string(), 5)].into(),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn a_preferred_sku_family_that_no_size_offers_is_relaxed_by_the_packer_too() {
+    let spec = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [NV]}]}";
+    let yaml = format!(
+        "{POOL}{}{}",
+        pods("pref", 4, "1", "1Gi", spec),
+        pods("free", 4, "1", "1Gi", "")
+    );
+    let (_, greedy) = plan_with(
+        &yaml,
+        &Options {
+            cost_aware: false,
+            ..Options::default()
+        },
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 8, "{p:#?}");
+    // Relaxed, the preference no longer constrains the packing: the plan costs no more
+    // than the greedy one.
+    assert!(p.summary.hourly_cost <= greedy.summary.hourly_cost + 1e-9);
+}
+
+#[test]
+fn preferred_pod_affinity_and_schedule_anyway_spread_hold_under_cost_aware_packing() {
+    let spread = "      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: ScheduleAnyway
+        labelSelector: {matchLabels: {app: spread}}";
+    let near = "      affinity:
+        podAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            podAffinityTerm:
+              topologyKey: kubernetes.io/hostname
+              labelSelector: {matchLabels: {app: cache}}";
+    let yaml = format!(
+        "{POOL}{}{}{}{}",
+        pods("spread", 6, "500m", "1Gi", spread),
+        pods("cache", 1, "500m", "1Gi", ""),
+        pods("near", 2, "250m", "512Mi", near),
+        pods("free", 10, "900m", "3100Mi", "")
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 19, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "spread", "topology.kubernetes.io/zone")
+            .into_values()
+            .collect::<Vec<_>>(),
+        [2, 2, 2],
+        "{p:#?}"
+    );
+    let cache_node = &claim_of(&p, "cache")[0].name;
+    let near_nodes: Vec<&String> = claim_of(&p, "near").iter().map(|c| &c.name).collect();
+    assert_eq!(near_nodes, [cache_node], "{p:#?}");
+}
+
 #[test]
 fn an_impossible_node_selector_is_unschedulable_with_the_conflicting_key() {
     let spec = "      nodeSelector: {team: payments}";

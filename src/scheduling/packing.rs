@@ -245,7 +245,7 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
             continue;
         }
         s.unplace(p);
-        let reqs = s.pods[p].info.node_requirements.clone();
+        let reqs = s.kept_requirements(p);
         let key = (pool, format!("{:?}", reqs.alternatives()));
         groups
             .entry(key)
@@ -426,6 +426,15 @@ impl Scheduler<'_> {
         pod.req.is_some() && !pod.info.has_pod_constraints() && pod.matches.is_empty()
     }
 
+    /// What a lifted pod's new node must satisfy: the requirements its placement kept
+    /// (preferences included unless the placement pass had to relax them).
+    fn kept_requirements(&self, p: usize) -> NodeRequirements {
+        let pod = &self.pods[p];
+        pod.kept_requirements
+            .clone()
+            .unwrap_or_else(|| pod.info.node_requirements.clone())
+    }
+
     fn free_pod_fits_planned(&mut self, p: usize, n: usize, t: usize) -> bool {
         let NodeKind::Planned { pool, .. } = self.nodes[n].kind else {
             return false;
@@ -435,7 +444,8 @@ impl Scheduler<'_> {
         {
             return false;
         }
-        let alts = pod.info.node_requirements.alternatives();
+        let kept = self.kept_requirements(p);
+        let alts = kept.alternatives();
         if alts.iter().all(|a| a.is_empty()) {
             return true;
         }

@@ -217,6 +217,11 @@ pub(crate) struct PodState<'a> {
     owns_anti: Vec<usize>,
     /// Placement: node index.
     pub(crate) node: Option<usize>,
+    /// The node requirements in force when the placement pass placed the pod: its required
+    /// terms plus the preferred terms it did not have to relax. The packer moves the pod
+    /// only within these, so a preference relaxed nowhere is not dropped for a cheaper
+    /// node (Karpenter treats preferences as requirements until the pod cannot land).
+    pub(crate) kept_requirements: Option<NodeRequirements>,
     trivial_requirements: bool,
 }
 
@@ -542,6 +547,7 @@ impl<'a> Scheduler<'a> {
                 anti_targets: Vec::new(),
                 owns_anti: Vec::new(),
                 node: None,
+                kept_requirements: None,
                 trivial_requirements: info
                     .node_requirements
                     .alternatives()
@@ -1807,11 +1813,15 @@ impl<'a> Scheduler<'a> {
             }
             if let Some(n) = placed {
                 self.place(p, n);
+                self.pods[p].kept_requirements = Some(active.node_requirements);
                 return;
             }
             // 2. A new node.
             match self.create_node(p, &active) {
-                Ok(_) => return,
+                Ok(_) => {
+                    self.pods[p].kept_requirements = Some(active.node_requirements);
+                    return;
+                }
                 Err(r) => last_reasons = r,
             }
         }
