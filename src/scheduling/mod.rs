@@ -2,6 +2,7 @@
 //! rest, as strict as kube-scheduler about where a pod may run and cheaper than greedy
 //! packing. Pure: a function of its [`Input`] and [`Options`].
 
+mod exact;
 mod index;
 pub mod input;
 pub mod packing;

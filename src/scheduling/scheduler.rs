@@ -372,6 +372,7 @@ pub(crate) struct Checkpoint {
     pools: Vec<PoolState>,
     domains: Vec<Interner>,
     pod_nodes: Vec<Option<usize>>,
+    index: NodeIndex,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -2006,6 +2007,7 @@ impl<'a> Scheduler<'a> {
             pools: self.pools.clone(),
             domains: self.domains.clone(),
             pod_nodes: self.pods.iter().map(|p| p.node).collect(),
+            index: self.index.clone(),
         }
     }
 
@@ -2015,6 +2017,7 @@ impl<'a> Scheduler<'a> {
         self.groups = c.groups;
         self.pools = c.pools;
         self.domains = c.domains;
+        self.index = c.index;
         for (p, n) in self.pods.iter_mut().zip(c.pod_nodes) {
             p.node = n;
         }
