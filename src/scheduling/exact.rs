@@ -40,16 +40,18 @@ pub struct MixedBin {
     pub counts: Vec<usize>,
 }
 
-/// Largest number of (state, step) pairs the search may visit: about a second of work in
-/// an optimised build and well under the placement pass's own cost at that size.
-pub const MAX_WORK: usize = 4_000_000;
+/// Most states (count vectors) the search may have.
+pub const MAX_STATES: usize = 200_000;
+/// Most node candidates (state, sub-vector that fits a node) the search may try before it
+/// gives up and leaves the input to the cost-efficiency packer: about a second of work in
+/// a debug build, a few tens of milliseconds optimised.
+pub const MAX_STEPS: usize = 4_000_000;
 
-/// Work the exact search would do for these class counts: the number of (state,
-/// sub-vector) pairs, or `None` beyond `limit`.
-pub fn work(classes: &[MixedClass], limit: usize) -> Option<usize> {
+/// How many states the search over these class counts has, or `None` beyond `limit`.
+pub fn states(classes: &[MixedClass], limit: usize) -> Option<usize> {
     let mut total: usize = 1;
     for c in classes {
-        total = total.checked_mul((c.count + 1) * (c.count + 2) / 2)?;
+        total = total.checked_mul(c.count + 1)?;
         if total > limit {
             return None;
         }
@@ -59,17 +61,19 @@ pub fn work(classes: &[MixedClass], limit: usize) -> Option<usize> {
 
 /// The minimum-cost packing of every pod of `classes` onto nodes. `types_for(groups)`
 /// gives the types a node holding pods of those groups may be, each with its room and
-/// price; a bin's `bin_type` indexes that list. Returns `None` when the search would exceed `limit` work, there are 64 groups
-/// or more, or some pod fits no type.
+/// price; a bin's `bin_type` indexes that list. Returns `None` when there would be more
+/// than `max_states` states or `max_steps` node candidates, there are 64 groups or more,
+/// or some pod fits no type.
 pub fn pack_exact(
     classes: &[MixedClass],
     types_for: &mut dyn FnMut(u64) -> Vec<BinType>,
-    limit: usize,
+    max_states: usize,
+    max_steps: usize,
 ) -> Option<Vec<MixedBin>> {
     if classes.iter().any(|c| c.group >= 64) {
         return None;
     }
-    work(classes, limit)?;
+    states(classes, max_states)?;
     let k = classes.len();
     // Mixed-radix place values: index = sum(count_i * place_i).
     let mut place = vec![1usize; k];
@@ -129,16 +133,25 @@ pub fn pack_exact(
     let mut best = vec![f64::INFINITY; states];
     let mut step = vec![0usize; states];
     best[0] = 0.0;
+    // A node's price only grows with what it holds (more pods need more room, more groups
+    // admit fewer types), so once a sub-vector fits no node, every larger one is skipped.
+    let mut steps = 0usize;
     for s in 1..states {
         let rem = decode(s);
         let first = rem.iter().position(|&n| n > 0)?;
-        // Sub-vectors of `rem` with v[first] >= 1, in odometer order over first.. .
+        let low = |i: usize| usize::from(i == first);
+        // Sub-vectors of `rem` with v[first] >= 1, in odometer order from `first` up.
         let mut v = vec![0usize; k];
         v[first] = 1;
         let mut vi = place[first];
         loop {
             let p = price[vi];
-            if p.is_finite() {
+            let fits_a_node = p.is_finite();
+            if fits_a_node {
+                steps += 1;
+                if steps > max_steps {
+                    return None;
+                }
                 let total = p + best[s - vi];
                 if total < best[s] - 1e-12 {
                     best[s] = total;
@@ -146,21 +159,33 @@ pub fn pack_exact(
                 }
             }
             let mut i = first;
-            loop {
+            if !fits_a_node {
+                // Skip every sub-vector at least as large: reset the lowest raised digit
+                // and carry into the next.
+                while i < k && v[i] == low(i) {
+                    i += 1;
+                }
                 if i == k {
                     break;
+                }
+                vi -= (v[i] - low(i)) * place[i];
+                v[i] = low(i);
+                i += 1;
+            }
+            let advanced = loop {
+                if i == k {
+                    break false;
                 }
                 if v[i] < rem[i] {
                     v[i] += 1;
                     vi += place[i];
-                    break;
+                    break true;
                 }
-                let low = usize::from(i == first);
-                vi -= (v[i] - low) * place[i];
-                v[i] = low;
+                vi -= (v[i] - low(i)) * place[i];
+                v[i] = low(i);
                 i += 1;
-            }
-            if i == k {
+            };
+            if !advanced {
                 break;
             }
         }
@@ -240,7 +265,7 @@ mod tests {
                 group: 2,
             },
         ];
-        let bins = pack_exact(&classes, &mut arch_types, MAX_WORK).expect("fits");
+        let bins = pack_exact(&classes, &mut arch_types, MAX_STATES, MAX_STEPS).expect("fits");
         assert!((cost(&bins) - 0.09).abs() < 1e-9, "{bins:?}");
         assert_eq!(bins.len(), 1);
         assert_eq!(bins[0].groups, 0b110);
@@ -261,7 +286,7 @@ mod tests {
                 group: 1,
             },
         ];
-        let bins = pack_exact(&classes, &mut arch_types, MAX_WORK).expect("fits");
+        let bins = pack_exact(&classes, &mut arch_types, MAX_STATES, MAX_STEPS).expect("fits");
         assert!(
             bins.iter().all(|b| b.groups == 1 || b.groups == 2),
             "{bins:?}"
@@ -330,7 +355,7 @@ mod tests {
             }
             brute = brute.min(total);
         }
-        let bins = pack_exact(&classes, &mut arch_types, MAX_WORK).expect("fits");
+        let bins = pack_exact(&classes, &mut arch_types, MAX_STATES, MAX_STEPS).expect("fits");
         assert!(
             (cost(&bins) - brute).abs() < 1e-9,
             "{} vs {brute}",
@@ -345,12 +370,14 @@ mod tests {
             count: 10,
             group: 2,
         }];
-        assert!(pack_exact(&big, &mut arch_types, 10).is_none());
+        assert!(pack_exact(&big, &mut arch_types, 10, MAX_STEPS).is_none());
+        assert!(pack_exact(&big, &mut arch_types, MAX_STATES, 5).is_none());
+        assert!(pack_exact(&big, &mut arch_types, MAX_STATES, MAX_STEPS).is_some());
         let huge = vec![MixedClass {
             req: res(64_000, 1),
             count: 1,
             group: 2,
         }];
-        assert!(pack_exact(&huge, &mut arch_types, MAX_WORK).is_none());
+        assert!(pack_exact(&huge, &mut arch_types, MAX_STATES, MAX_STEPS).is_none());
     }
 }

@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use super::exact::{MAX_WORK, MixedClass, pack_exact};
+use super::exact::{MAX_STATES, MAX_STEPS, MixedClass, pack_exact};
 use super::scheduler::{NodeKind, R, ResV, Scheduler, fits};
 use crate::apis::labels;
 use crate::model::{CapacityType, NodeRequirements, Requirement, Requirements};
@@ -330,17 +330,21 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         .filter(|(_, _, pods)| !pods.is_empty())
         .collect();
     let total: usize = rest.iter().map(|(_, _, pods)| pods.len()).sum();
-    let mut packed = false;
-    if total <= EXACT_MAX_PODS {
-        let saved = s.checkpoint();
-        packed = pack_small(s, &rest).is_some();
-        if !packed {
-            s.restore(saved);
+    // The exact plan is made before anything changes; if a NodePool limit or minValues
+    // then refuses one of its nodes, the repack fails and the placement pass's plan stays.
+    match (total <= EXACT_MAX_PODS)
+        .then(|| plan_small(s, &rest))
+        .flatten()
+    {
+        Some(nodes) => {
+            for (pool, base, t, price, pods) in nodes {
+                open_node(s, pool, &base, t, price, &pods)?;
+            }
         }
-    }
-    if !packed {
-        for (pool, reqs, pods) in &rest {
-            pack_group(s, *pool, reqs, pods)?;
+        None => {
+            for (pool, reqs, pods) in &rest {
+                pack_group(s, *pool, reqs, pods)?;
+            }
         }
     }
     // Every lifted pod must have landed.
@@ -442,10 +446,18 @@ fn open_node(
     Some(())
 }
 
-/// Packs a small input exactly, pool by pool; pods of different requirement groups share
-/// a node when a type admits them all (an unconstrained pod fills an arm64 node's room).
-fn pack_small(s: &mut Scheduler<'_>, rest: &[(usize, NodeRequirements, Vec<usize>)]) -> Option<()> {
+/// A new node of an exact packing: pool, requirements, type, price and pods.
+type SmallNode = (usize, Requirements, usize, f64, Vec<usize>);
+
+/// The exact packing of a small input, pool by pool, without changing the plan; pods of
+/// different requirement groups share a node when a type admits them all (an
+/// unconstrained pod fills an arm64 node's room). `None` when the search is too large.
+fn plan_small(
+    s: &Scheduler<'_>,
+    rest: &[(usize, NodeRequirements, Vec<usize>)],
+) -> Option<Vec<SmallNode>> {
     let pools: std::collections::BTreeSet<usize> = rest.iter().map(|(pi, _, _)| *pi).collect();
+    let mut out = Vec::new();
     for pi in pools {
         let groups: Vec<(&NodeRequirements, &Vec<usize>)> = rest
             .iter()
@@ -476,21 +488,18 @@ fn pack_small(s: &mut Scheduler<'_>, rest: &[(usize, NodeRequirements, Vec<usize
         let mut members: Vec<Vec<usize>> = by_class.into_values().collect();
         // Per group mask: the node's requirements and its types.
         let mut by_mask: BTreeMap<u64, (Requirements, Vec<usize>)> = BTreeMap::new();
-        let bins = {
-            let scheduler = &*s;
-            let mut types_for = |mask: u64| {
-                let mut base = scheduler.input.pools[pi].requirements.clone();
-                for (g, b) in bases.iter().enumerate() {
-                    if mask & (1 << g) != 0 {
-                        base = base.intersect(b);
-                    }
+        let mut types_for = |mask: u64| {
+            let mut base = s.input.pools[pi].requirements.clone();
+            for (g, b) in bases.iter().enumerate() {
+                if mask & (1 << g) != 0 {
+                    base = base.intersect(b);
                 }
-                let (shapes, types) = bin_types(scheduler, pi, &base);
-                by_mask.insert(mask, (base, shapes));
-                types
-            };
-            pack_exact(&classes, &mut types_for, MAX_WORK)?
+            }
+            let (shapes, types) = bin_types(s, pi, &base);
+            by_mask.insert(mask, (base, shapes));
+            types
         };
+        let bins = pack_exact(&classes, &mut types_for, MAX_STATES, MAX_STEPS)?;
         for bin in bins {
             let (base, shapes) = by_mask.get(&bin.groups)?;
             let mut pods = Vec::new();
@@ -499,10 +508,10 @@ fn pack_small(s: &mut Scheduler<'_>, rest: &[(usize, NodeRequirements, Vec<usize
                     pods.push(members[c].pop()?);
                 }
             }
-            open_node(s, pi, &base.clone(), shapes[bin.bin_type], bin.price, &pods)?;
+            out.push((pi, base.clone(), shapes[bin.bin_type], bin.price, pods));
         }
     }
-    Some(())
+    Some(out)
 }
 
 fn pack_group(
