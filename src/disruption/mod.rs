@@ -530,6 +530,14 @@ impl Work<'_> {
             &input,
             &Options {
                 name_prefix: format!("replacement-{}-", self.replacements_made),
+                // A consolidation may add one node, which already gets the cheapest type
+                // that holds its pods: the exhaustive search would be spent for nothing on
+                // every candidate weighed.
+                exact_max_pods: if max_new <= 1 {
+                    0
+                } else {
+                    scheduling::packing::EXACT_MAX_PODS
+                },
                 ..Options::default()
             },
         );

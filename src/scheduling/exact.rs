@@ -41,11 +41,12 @@ pub struct MixedBin {
 }
 
 /// Most states (count vectors) the search may have.
-pub const MAX_STATES: usize = 200_000;
+pub const MAX_STATES: usize = 20_000;
 /// Most node candidates (state, sub-vector that fits a node) the search may try before it
-/// gives up and leaves the input to the cost-efficiency packer: about a second of work in
-/// a debug build, a few tens of milliseconds optimised.
-pub const MAX_STEPS: usize = 4_000_000;
+/// gives up and leaves the input to the cost-efficiency packer. Disruption runs the
+/// scheduler for every candidate it weighs, so this stays at a few milliseconds of work in
+/// an optimised build.
+pub const MAX_STEPS: usize = 500_000;
 
 /// How many states the search over these class counts has, or `None` beyond `limit`.
 pub fn states(classes: &[MixedClass], limit: usize) -> Option<usize> {

@@ -7,8 +7,8 @@
 //!
 //! 1. nodes left with constrained pods shrink to their cheapest fitting type, and their
 //!    free room takes lifted pods at no extra cost;
-//! 2. the rest go on new nodes. Up to [`EXACT_MAX_PODS`] pods (and a bounded search), the
-//!    packing is exact (see [`super::exact`]) and pods of different requirement groups of a
+//! 2. the rest go on new nodes. Up to `Options::exact_max_pods` pods (and a bounded search), when
+//!    the cost-efficiency packing below needs more than one node, the packing is exact (see [`super::exact`]) and pods of different requirement groups of a
 //!    pool share a node where a type admits them all. Beyond that they are packed by cost
 //!    efficiency, group by group: every pod class gets a weight, its cheapest cost per pod
 //!    when packed alone; each step opens the node (type and fill) with the most weight per
@@ -330,22 +330,28 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         .filter(|(_, _, pods)| !pods.is_empty())
         .collect();
     let total: usize = rest.iter().map(|(_, _, pods)| pods.len()).sum();
-    // The exact plan is made before anything changes; if a NodePool limit or minValues
-    // then refuses one of its nodes, the repack fails and the placement pass's plan stays.
-    match (total <= EXACT_MAX_PODS)
+    // Both packings are planned before anything changes; if a NodePool limit or minValues
+    // then refuses one of the nodes, the repack fails and the placement pass's plan stays.
+    let heuristic: Vec<SmallNode> = rest
+        .iter()
+        .map(|(pool, reqs, pods)| plan_group(s, *pool, reqs, pods))
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    // A single new node already has the cheapest type that holds its pods; the exact
+    // search is for splits over several nodes (and disruption, which runs the scheduler
+    // for every candidate and accepts at most one new node, rarely needs it).
+    let cost = |nodes: &[SmallNode]| nodes.iter().map(|n| n.3).sum::<f64>();
+    let nodes = match (heuristic.len() >= 2 && total <= s.options.exact_max_pods)
         .then(|| plan_small(s, &rest))
         .flatten()
     {
-        Some(nodes) => {
-            for (pool, base, t, price, pods) in nodes {
-                open_node(s, pool, &base, t, price, &pods)?;
-            }
-        }
-        None => {
-            for (pool, reqs, pods) in &rest {
-                pack_group(s, *pool, reqs, pods)?;
-            }
-        }
+        Some(exact) if cost(&exact) < cost(&heuristic) - 1e-9 => exact,
+        _ => heuristic,
+    };
+    for (pool, base, t, price, pods) in nodes {
+        open_node(s, pool, &base, t, price, &pods)?;
     }
     // Every lifted pod must have landed.
     (0..pending)
@@ -354,8 +360,8 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         .then_some(())
 }
 
-/// Inputs with at most this many pods to pack are packed exactly (see [`super::exact`]),
-/// when the search also stays within its work bound.
+/// By default, inputs with at most this many pods to pack are packed exactly (see
+/// [`super::exact`]), when the search also stays within its bounds.
 pub const EXACT_MAX_PODS: usize = 40;
 
 /// The requirements a new node of pool `pi` has for pods with requirements `reqs`: the
@@ -514,12 +520,14 @@ fn plan_small(
     Some(out)
 }
 
-fn pack_group(
-    s: &mut Scheduler<'_>,
+/// The cost-efficiency packing of one requirement group on new nodes, without changing
+/// the plan.
+fn plan_group(
+    s: &Scheduler<'_>,
     pi: usize,
     reqs: &NodeRequirements,
     pods: &[usize],
-) -> Option<()> {
+) -> Option<Vec<SmallNode>> {
     let base = group_base(s, pi, reqs)?;
     // Bin types: every compatible type at its cheapest admitted offering.
     let (shapes, types) = bin_types(s, pi, &base);
@@ -537,6 +545,7 @@ fn pack_group(
         .collect();
     let mut members: Vec<Vec<usize>> = by_req.into_values().collect();
     let bins = pack(&types, &classes)?;
+    let mut out = Vec::with_capacity(bins.len());
     for bin in bins {
         let mut on_node = Vec::new();
         for (c, count) in bin.counts.iter().enumerate() {
@@ -545,9 +554,9 @@ fn pack_group(
             }
         }
         let t = shapes[bin.bin_type];
-        open_node(s, pi, &base, t, types[bin.bin_type].price, &on_node)?;
+        out.push((pi, base.clone(), t, types[bin.bin_type].price, on_node));
     }
-    Some(())
+    Some(out)
 }
 
 impl Scheduler<'_> {

@@ -126,6 +126,10 @@ pub struct Options {
     pub cost_aware: bool,
     /// Prefix for planned node names.
     pub name_prefix: String,
+    /// The packer searches for the exact minimum-cost packing when at most this many pods
+    /// are to be packed (0: never). Disruption turns it off where a plan may add one node
+    /// at most: one node already takes the cheapest type that holds its pods.
+    pub exact_max_pods: usize,
 }
 
 impl Default for Options {
@@ -133,6 +137,7 @@ impl Default for Options {
         Options {
             cost_aware: true,
             name_prefix: String::new(),
+            exact_max_pods: super::packing::EXACT_MAX_PODS,
         }
     }
 }
