@@ -135,12 +135,16 @@ fn init_containers_and_native_sidecars_size_the_request() {
 fn a_node_selector_on_arch_buys_only_that_architecture() {
     let spec = "      nodeSelector: {kubernetes.io/arch: arm64}";
     let p = plan(&format!("{POOL}{}", pods("arm", 4, "2", "4Gi", spec)));
-    assert!(!p.node_claims.is_empty());
+    assert_eq!(
+        pods_per_label(&p, "arm", "kubernetes.io/arch"),
+        [("arm64".to_string(), 4)].into(),
+        "{p:#?}"
+    );
     assert!(
         p.node_claims
             .iter()
             .all(|c| c.labels["kubernetes.io/arch"] == "arm64"),
-        "{p:#?}"
+        "no node of another architecture is bought: {p:#?}"
     );
 }
 
@@ -153,10 +157,11 @@ fn required_node_affinity_terms_are_ored() {
             - matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [GPU]}]
             - matchExpressions: [{key: karpenter.azure.com/sku-family, operator: In, values: [E]}]";
     let p = plan(&format!("{POOL}{}", pods("mem", 2, "1", "8Gi", spec)));
-    assert!(
-        p.node_claims
-            .iter()
-            .all(|c| c.labels["tailor.sh/sku-family"] == "E"),
+    // No size is of family GPU, so both pods take the second term: E sizes.
+    assert_eq!(p.summary.scheduled_on_new, 2, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "mem", "tailor.sh/sku-family"),
+        [("E".to_string(), 2)].into(),
         "{p:#?}"
     );
 }
@@ -169,7 +174,11 @@ fn preferred_node_affinity_is_honoured_when_it_can_be() {
           - weight: 50
             preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [eastus-3]}]}";
     let p = plan(&format!("{POOL}{}", pods("pref", 3, "1", "1Gi", spec)));
-    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-3"), "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "pref", "topology.kubernetes.io/zone"),
+        [("eastus-3".to_string(), 3)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -310,6 +319,11 @@ fn an_impossible_node_selector_is_unschedulable_with_the_conflicting_key() {
     let spec = "      nodeSelector: {team: payments}";
     let p = plan(&format!("{POOL}{}", pods("lost", 1, "1", "1Gi", spec)));
     assert_eq!(p.summary.unschedulable, 1);
+    assert!(
+        p.summary.hourly_cost == 0.0 && p.summary.hourly_cost.is_sign_positive(),
+        "nothing bought costs 0, not -0: {:?}",
+        p.summary.hourly_cost
+    );
     let reason = &p.unschedulable[0].reason;
     assert!(
         reason.contains("nodepool default") && reason.contains("team"),
@@ -452,8 +466,11 @@ fn pod_affinity_on_zone_follows_the_target_pods() {
         pods("api", 3, "1", "2Gi", spec)
     );
     let p = plan(&yaml);
-    assert_eq!(p.summary.scheduled_on_new, 3);
-    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2"), "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "api", "topology.kubernetes.io/zone"),
+        [("eastus-2".to_string(), 3)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -505,14 +522,14 @@ fn zone_spread_counts_pods_already_running() {
         pods("web", 4, "1", "1Gi", ZONE_SPREAD)
     );
     let p = plan(&yaml);
-    let in_zone1: usize = p
-        .node_claims
-        .iter()
-        .filter(|c| c.zone == "eastus-1")
-        .map(|c| c.pods.len())
-        .sum();
-    // Zone 1 already has 2: the 4 new pods go 2/2 to the other zones.
-    assert_eq!(in_zone1, 0, "{p:#?}");
+    // Zone 1 already has 2 (n1 has no room left anyway): the 4 new pods go 2/2 to the
+    // other zones, and none is left pending.
+    assert_eq!(p.summary.scheduled_on_new, 4, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "web", "topology.kubernetes.io/zone"),
+        [("eastus-2".to_string(), 2), ("eastus-3".to_string(), 2)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -524,6 +541,7 @@ fn hostname_spread_limits_pods_per_node_to_max_skew() {
         labelSelector: {matchLabels: {app: web}}";
     let p = plan(&format!("{POOL}{}", pods("web", 6, "100m", "128Mi", spec)));
     assert!(p.node_claims.iter().all(|c| c.pods.len() <= 2), "{p:#?}");
+    assert_eq!(p.node_claims.len(), 3, "{p:#?}");
     assert_eq!(p.summary.scheduled_on_new, 6);
 }
 
@@ -537,7 +555,11 @@ fn schedule_anyway_spread_is_relaxed_when_it_cannot_hold() {
         labelSelector: {matchLabels: {app: web}}";
     let p = plan(&format!("{POOL}{}", pods("web", 3, "1", "1Gi", spec)));
     assert_eq!(p.summary.unschedulable, 0);
-    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-1"));
+    assert_eq!(
+        pods_per_label(&p, "web", "topology.kubernetes.io/zone"),
+        [("eastus-1".to_string(), 3)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -663,10 +685,15 @@ spec:
         pods("web", 2, "1", "1Gi", "")
     );
     let p = plan(&yaml);
-    assert!(
-        p.node_claims
-            .iter()
-            .all(|c| c.node_pool == "preferred" && c.labels["tailor.sh/sku-family"] == "E")
+    assert_eq!(
+        pods_per_label(&p, "web", "tailor.sh/nodepool"),
+        [("preferred".to_string(), 2)].into(),
+        "{p:#?}"
+    );
+    assert_eq!(
+        pods_per_label(&p, "web", "tailor.sh/sku-family"),
+        [("E".to_string(), 2)].into(),
+        "{p:#?}"
     );
 }
 
@@ -720,6 +747,7 @@ spec:
         pods("web", 4, "1", "2Gi", "")
     );
     let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 4, "{p:#?}");
     assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2"
         && c.capacity_type.as_str() == "spot"
         && c.price_is_estimate));

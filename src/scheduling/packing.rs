@@ -365,14 +365,17 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
 pub const EXACT_MAX_PODS: usize = 40;
 
 /// The requirements a new node of pool `pi` has for pods with requirements `reqs`: the
-/// pool's and the first alternative compatible with them.
+/// pool's and the first alternative compatible with them that some type meets.
 fn group_base(s: &Scheduler<'_>, pi: usize, reqs: &NodeRequirements) -> Option<Requirements> {
     let pool = &s.input.pools[pi];
-    let alt = reqs.alternatives().iter().find(|a| {
-        a.compatible_allowing(&pool.requirements, &labels::is_well_known)
-            .is_ok()
-    })?;
-    Some(pool.requirements.intersect(alt))
+    reqs.alternatives()
+        .iter()
+        .filter(|a| {
+            a.compatible_allowing(&pool.requirements, &labels::is_well_known)
+                .is_ok()
+        })
+        .map(|a| pool.requirements.intersect(a))
+        .find(|base| !bin_types(s, pi, base).1.is_empty())
 }
 
 /// Whether an offering meets a node's requirements on zone and capacity type.

@@ -1548,20 +1548,33 @@ impl<'a> Scheduler<'a> {
         if self.pools[pi].nodes_remaining <= 0 {
             return Err("node limit reached".to_string());
         }
-        // The requirements a new node would have: the pool's, narrowed by the pod's first
-        // compatible alternative.
+        // The requirements a new node would have: the pool's, narrowed by the first of the
+        // pod's ORed alternatives that some instance type of the pool meets with room for
+        // the pod (a term no size satisfies must not hide the next one), else the first
+        // compatible alternative, for the reason.
         let alt = if active.trivial {
             None
         } else {
-            active
+            let compatible: Vec<&Requirements> = active
                 .node_requirements
                 .alternatives()
                 .iter()
-                .find(|a| {
+                .filter(|a| {
                     a.compatible_allowing(&pool.requirements, &labels::is_well_known)
                         .is_ok()
                 })
-                .cloned()
+                .collect();
+            compatible
+                .iter()
+                .find(|a| {
+                    let templates = self.templates(pi, Some(a));
+                    templates
+                        .compatible
+                        .iter()
+                        .any(|&t| fits(&req, &self.pools[pi].types[t as usize].alloc))
+                })
+                .or(compatible.first())
+                .map(|a| (*a).clone())
         };
         let templates = self.templates(pi, alt.as_ref());
         let state = &self.pools[pi];
