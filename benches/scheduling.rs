@@ -437,7 +437,7 @@ fn consolidation(input: &Input, plan: &scheduling::Plan, keep: usize, full: bool
             pool: Some(c.node_pool.clone()),
             instance_type: c.instance_type.clone(),
             zone: c.zone.clone(),
-            capacity_type: Some(c.capacity_type),
+            capacity_type: c.capacity_type,
             price_per_hour: Some(c.price_per_hour),
             ..NodeMeta::default()
         });

@@ -386,6 +386,130 @@ status: {{nodeName: a, imageID: {image}}}
     );
 }
 
+/// A node of the default pool with the given extra labels (instance type, zone and
+/// capacity type included only if given), created 10 hours before NOW.
+fn bare_node(name: &str, labels: &str, allocatable: &str) -> String {
+    let created = jiff::Timestamp::from_second(NOW - 10 * 3600).expect("valid");
+    format!(
+        "---
+apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  creationTimestamp: '{created}'
+  labels: {{tailor.sh/nodepool: default, kubernetes.io/arch: amd64, kubernetes.io/os: linux, {labels}}}
+status:
+  allocatable: {{{allocatable}, pods: '110'}}
+"
+    )
+}
+
+#[test]
+fn a_node_whose_size_the_pool_no_longer_allows_is_priced_and_replaced_by_drift() {
+    // The pool now requires sku-version 6; the node is a D8s_v5 made before the change,
+    // and carries no sku-version label (the catalog knows its version).
+    let pool = POOL.replace(
+        "- {key: kubernetes.io/arch, operator: In, values: [amd64]}",
+        "- {key: kubernetes.io/arch, operator: In, values: [amd64]}\n      - {key: karpenter.azure.com/sku-version, operator: In, values: ['6']}",
+    );
+    let yaml = format!(
+        "{pool}{}{}",
+        bare_node(
+            "old",
+            "node.kubernetes.io/instance-type: Standard_D8s_v5, topology.kubernetes.io/zone: eastus-1, karpenter.sh/capacity-type: on-demand",
+            "cpu: 7820m, memory: 27Gi"
+        ),
+        pod("web-1", "old", "3", "")
+    );
+    let r = evaluate(&yaml);
+    // Priced from the catalog although the pool no longer sells it: $0.384/hour.
+    assert!(
+        (r.summary.hourly_cost_before - 0.384).abs() < 1e-9,
+        "{r:#?}"
+    );
+    assert_eq!(blocked(&r, "old"), "", "{r:#?}");
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    let d = &r.decisions[0];
+    assert_eq!(d.method, Method::Drift);
+    assert_eq!(d.nodes, ["old"]);
+    assert!(d.reason.contains("sku-version"), "{}", d.reason);
+    assert_eq!(d.pods_moved, ["shop/web-1"]);
+    // The 3-core pod goes to the cheapest v6 size that holds it, a D4as_v6 at $0.182:
+    // $0.384 - $0.182 = $0.202/hour saved.
+    assert_eq!(d.replacements.len(), 1);
+    assert_eq!(d.replacements[0].instance_type, "Standard_D4as_v6");
+    assert!((d.savings_per_hour - 0.202).abs() < 1e-9, "{d:#?}");
+    assert!((r.summary.hourly_cost_after - 0.182).abs() < 1e-9);
+}
+
+#[test]
+fn nodes_without_a_capacity_type_label_are_priced_as_on_demand_or_from_their_node_claim() {
+    let pool = POOL.replace("values: [on-demand]", "values: [on-demand, spot]");
+    let d4 =
+        "node.kubernetes.io/instance-type: Standard_D4s_v5, topology.kubernetes.io/zone: eastus-1";
+    let alloc = "cpu: 3860m, memory: 11Gi";
+    // `spot` has no capacity-type label itself; its NodeClaim says spot.
+    let claim = "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodeClaim
+metadata:
+  name: spot-claim
+  labels: {tailor.sh/nodepool: default, karpenter.sh/capacity-type: spot}
+spec:
+  nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+  requirements: []
+status: {nodeName: spot}
+";
+    let yaml = format!(
+        "{pool}{}{}{}{claim}{}",
+        bare_node("plain", d4, alloc),
+        bare_node("spot", d4, alloc),
+        bare_node("busy", d4, alloc),
+        pod("web-1", "busy", "3", "")
+    );
+    let r = evaluate(&yaml);
+    // Before: on-demand $0.192 twice and spot at 60% off, $0.0768.
+    assert!(
+        (r.summary.hourly_cost_before - (0.192 + 0.192 + 0.0768)).abs() < 1e-9,
+        "{r:#?}"
+    );
+    let d = &r.decisions[0];
+    assert_eq!(d.method, Method::Empty, "{r:#?}");
+    assert_eq!(d.nodes, ["plain", "spot"]);
+    assert!(
+        (d.savings_per_hour - (0.192 + 0.0768)).abs() < 1e-9,
+        "{d:#?}"
+    );
+    assert!(
+        r.blocked.iter().all(|b| !b.reason.contains("no price")),
+        "{r:#?}"
+    );
+}
+
+#[test]
+fn nothing_priced_is_reported_as_zero_never_negative_zero() {
+    // A size the catalog does not know: the node stays unpriced and is left alone.
+    let yaml = format!(
+        "{POOL}{}",
+        bare_node(
+            "custom",
+            "node.kubernetes.io/instance-type: Standard_Custom_v1, topology.kubernetes.io/zone: eastus-1, karpenter.sh/capacity-type: on-demand",
+            "cpu: 3860m, memory: 11Gi"
+        )
+    );
+    let r = evaluate(&yaml);
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    assert!(blocked(&r, "custom").contains("no price for Standard_Custom_v1"));
+    for cost in [r.summary.hourly_cost_before, r.summary.hourly_cost_after] {
+        assert_eq!(cost, 0.0);
+        assert!(cost.is_sign_positive(), "{cost:?} is negative zero");
+    }
+    let json = serde_json::to_string(&r).expect("JSON");
+    assert!(!json.contains("-0.0"), "{json}");
+    let table = tailor::cli::simulate::disruption_table(&r);
+    assert!(!table.contains("-0.0"), "{table}");
+}
+
 #[test]
 fn simulate_disruption_prints_the_documented_json() {
     let dir = tempfile::tempdir().expect("temp dir");

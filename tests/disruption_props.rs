@@ -1,6 +1,6 @@
 //! Property: whatever the cluster, disruption never strands a pod — every pod bound
-//! before is bound after, on a node with room for it — and never takes a NodePool past
-//! its limits.
+//! before is bound after, on a node with room for it — never takes a NodePool past its
+//! limits, and makes progress: an empty node is removed and its price saved.
 
 use proptest::prelude::*;
 use tailor::catalog::{Catalog, CatalogOptions};
@@ -9,6 +9,9 @@ use tailor::model::{Dimension, NodeSettings, Resources};
 use tailor::state::Snapshot;
 
 const NOW: i64 = 1_796_040_000;
+
+/// eastus on-demand USD per hour of the sizes in `SIZES`, from the built-in catalog.
+const PRICES: &[f64] = &[0.096, 0.192, 0.384];
 
 /// (name, allocatable cpu milli, allocatable memory MiB) of sizes in the pool.
 const SIZES: &[(&str, i64, i64)] = &[
@@ -31,7 +34,7 @@ spec:
       - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
       nodeClassRef: {{group: karpenter.azure.com, kind: AKSNodeClass, name: default}}
   limits: {{cpu: '{cpu_limit}m'}}
-  disruption: {{consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s}}
+  disruption: {{consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s, budgets: [{{nodes: '100%'}}]}}
 "
     );
     for (n, (size, pods)) in nodes.iter().enumerate() {
@@ -137,6 +140,21 @@ proptest! {
             cpu_in_pool += n.allocatable.get(&Dimension::Cpu);
         }
         prop_assert!(cpu_in_pool <= limit, "pool cpu {} > limit {}", cpu_in_pool, limit);
-        prop_assert!(out.report.summary.hourly_cost_after <= out.report.summary.hourly_cost_before + 1e-9);
+        let summary = &out.report.summary;
+        prop_assert!(summary.hourly_cost_after <= summary.hourly_cost_before + 1e-9);
+        // Progress: nothing protects an empty node here (a 100% budget, consolidateAfter
+        // 0s, no annotation), so every empty node goes and the cost falls by its price.
+        let empty: Vec<usize> = (0..nodes.len()).filter(|&n| nodes[n].1.is_empty()).collect();
+        let empty_price: f64 = empty.iter().map(|&n| PRICES[nodes[n].0]).sum();
+        prop_assert!(
+            summary.hourly_cost_after <= summary.hourly_cost_before - empty_price + 1e-9,
+            "{} empty node(s) worth ${}/hour, cost ${} -> ${}: {:#?}",
+            empty.len(), empty_price, summary.hourly_cost_before, summary.hourly_cost_after, out.report
+        );
+        prop_assert!(summary.nodes_after + empty.len() <= summary.nodes_before, "{:#?}", out.report);
+        for &n in &empty {
+            let name = format!("n{n}");
+            prop_assert!(out.nodes.iter().all(|x| x.name != name), "empty {} kept: {:#?}", name, out.report);
+        }
     }
 }

@@ -135,12 +135,16 @@ fn init_containers_and_native_sidecars_size_the_request() {
 fn a_node_selector_on_arch_buys_only_that_architecture() {
     let spec = "      nodeSelector: {kubernetes.io/arch: arm64}";
     let p = plan(&format!("{POOL}{}", pods("arm", 4, "2", "4Gi", spec)));
-    assert!(!p.node_claims.is_empty());
+    assert_eq!(
+        pods_per_label(&p, "arm", "kubernetes.io/arch"),
+        [("arm64".to_string(), 4)].into(),
+        "{p:#?}"
+    );
     assert!(
         p.node_claims
             .iter()
             .all(|c| c.labels["kubernetes.io/arch"] == "arm64"),
-        "{p:#?}"
+        "no node of another architecture is bought: {p:#?}"
     );
 }
 
@@ -153,10 +157,11 @@ fn required_node_affinity_terms_are_ored() {
             - matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [GPU]}]
             - matchExpressions: [{key: karpenter.azure.com/sku-family, operator: In, values: [E]}]";
     let p = plan(&format!("{POOL}{}", pods("mem", 2, "1", "8Gi", spec)));
-    assert!(
-        p.node_claims
-            .iter()
-            .all(|c| c.labels["tailor.sh/sku-family"] == "E"),
+    // No size is of family GPU, so both pods take the second term: E sizes.
+    assert_eq!(p.summary.scheduled_on_new, 2, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "mem", "tailor.sh/sku-family"),
+        [("E".to_string(), 2)].into(),
         "{p:#?}"
     );
 }
@@ -169,7 +174,11 @@ fn preferred_node_affinity_is_honoured_when_it_can_be() {
           - weight: 50
             preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [eastus-3]}]}";
     let p = plan(&format!("{POOL}{}", pods("pref", 3, "1", "1Gi", spec)));
-    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-3"), "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "pref", "topology.kubernetes.io/zone"),
+        [("eastus-3".to_string(), 3)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -184,11 +193,137 @@ fn preferred_node_affinity_is_relaxed_when_it_cannot_be_met() {
     assert_eq!(p.node_claims.len(), 1);
 }
 
+/// Pods of `plan` whose name starts with `prefix`, counted per value of a claim label.
+fn pods_per_label(
+    plan: &Plan,
+    prefix: &str,
+    label: &str,
+) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for c in &plan.node_claims {
+        let n = c
+            .pods
+            .iter()
+            .filter(|p| p.starts_with(&format!("default/{prefix}")))
+            .count();
+        if n > 0 {
+            *out.entry(c.labels[label].clone()).or_insert(0) += n;
+        }
+    }
+    out
+}
+
+const PREFER_E: &str = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: karpenter.azure.com/sku-family, operator: In, values: [E]}]}";
+
+#[test]
+fn the_cost_aware_packer_keeps_a_preferred_sku_family_that_can_be_met() {
+    // A D or an arm64 D would be cheaper for 1-core pods, but E sizes are allowed, so the
+    // preference holds as a requirement.
+    let p = plan(&format!("{POOL}{}", pods("pref", 3, "1", "1Gi", PREFER_E)));
+    assert_eq!(p.summary.scheduled_on_new, 3, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "pref", "tailor.sh/sku-family"),
+        [("E".to_string(), 3)].into(),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn the_cost_aware_packer_keeps_a_preferred_zone_beside_pods_that_have_none() {
+    let prefer_zone = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [eastus-3]}]}";
+    let yaml = format!(
+        "{POOL}{}{}",
+        pods("pref", 5, "900m", "3100Mi", prefer_zone),
+        pods("free", 7, "900m", "3100Mi", "")
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 12, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "pref", "topology.kubernetes.io/zone"),
+        [("eastus-3".to_string(), 5)].into(),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn a_preferred_sku_family_that_no_size_offers_is_relaxed_by_the_packer_too() {
+    let spec = "      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 50
+            preference: {matchExpressions: [{key: tailor.sh/sku-family, operator: In, values: [NV]}]}";
+    let yaml = format!(
+        "{POOL}{}{}",
+        pods("pref", 4, "1", "1Gi", spec),
+        pods("free", 4, "1", "1Gi", "")
+    );
+    let (_, greedy) = plan_with(
+        &yaml,
+        &Options {
+            cost_aware: false,
+            ..Options::default()
+        },
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 8, "{p:#?}");
+    // Relaxed, the preference no longer constrains the packing: the plan costs no more
+    // than the greedy one.
+    assert!(p.summary.hourly_cost <= greedy.summary.hourly_cost + 1e-9);
+}
+
+#[test]
+fn preferred_pod_affinity_and_schedule_anyway_spread_hold_under_cost_aware_packing() {
+    let spread = "      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: ScheduleAnyway
+        labelSelector: {matchLabels: {app: spread}}";
+    let near = "      affinity:
+        podAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            podAffinityTerm:
+              topologyKey: kubernetes.io/hostname
+              labelSelector: {matchLabels: {app: cache}}";
+    let yaml = format!(
+        "{POOL}{}{}{}{}",
+        pods("spread", 6, "500m", "1Gi", spread),
+        pods("cache", 1, "500m", "1Gi", ""),
+        pods("near", 2, "250m", "512Mi", near),
+        pods("free", 10, "900m", "3100Mi", "")
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 19, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "spread", "topology.kubernetes.io/zone")
+            .into_values()
+            .collect::<Vec<_>>(),
+        [2, 2, 2],
+        "{p:#?}"
+    );
+    let cache_node = &claim_of(&p, "cache")[0].name;
+    let near_nodes: Vec<&String> = claim_of(&p, "near").iter().map(|c| &c.name).collect();
+    assert_eq!(near_nodes, [cache_node], "{p:#?}");
+}
+
 #[test]
 fn an_impossible_node_selector_is_unschedulable_with_the_conflicting_key() {
     let spec = "      nodeSelector: {team: payments}";
     let p = plan(&format!("{POOL}{}", pods("lost", 1, "1", "1Gi", spec)));
     assert_eq!(p.summary.unschedulable, 1);
+    assert!(
+        p.summary.hourly_cost == 0.0 && p.summary.hourly_cost.is_sign_positive(),
+        "nothing bought costs 0, not -0: {:?}",
+        p.summary.hourly_cost
+    );
     let reason = &p.unschedulable[0].reason;
     assert!(
         reason.contains("nodepool default") && reason.contains("team"),
@@ -331,8 +466,11 @@ fn pod_affinity_on_zone_follows_the_target_pods() {
         pods("api", 3, "1", "2Gi", spec)
     );
     let p = plan(&yaml);
-    assert_eq!(p.summary.scheduled_on_new, 3);
-    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2"), "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "api", "topology.kubernetes.io/zone"),
+        [("eastus-2".to_string(), 3)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -384,14 +522,14 @@ fn zone_spread_counts_pods_already_running() {
         pods("web", 4, "1", "1Gi", ZONE_SPREAD)
     );
     let p = plan(&yaml);
-    let in_zone1: usize = p
-        .node_claims
-        .iter()
-        .filter(|c| c.zone == "eastus-1")
-        .map(|c| c.pods.len())
-        .sum();
-    // Zone 1 already has 2: the 4 new pods go 2/2 to the other zones.
-    assert_eq!(in_zone1, 0, "{p:#?}");
+    // Zone 1 already has 2 (n1 has no room left anyway): the 4 new pods go 2/2 to the
+    // other zones, and none is left pending.
+    assert_eq!(p.summary.scheduled_on_new, 4, "{p:#?}");
+    assert_eq!(
+        pods_per_label(&p, "web", "topology.kubernetes.io/zone"),
+        [("eastus-2".to_string(), 2), ("eastus-3".to_string(), 2)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -403,6 +541,7 @@ fn hostname_spread_limits_pods_per_node_to_max_skew() {
         labelSelector: {matchLabels: {app: web}}";
     let p = plan(&format!("{POOL}{}", pods("web", 6, "100m", "128Mi", spec)));
     assert!(p.node_claims.iter().all(|c| c.pods.len() <= 2), "{p:#?}");
+    assert_eq!(p.node_claims.len(), 3, "{p:#?}");
     assert_eq!(p.summary.scheduled_on_new, 6);
 }
 
@@ -416,7 +555,11 @@ fn schedule_anyway_spread_is_relaxed_when_it_cannot_hold() {
         labelSelector: {matchLabels: {app: web}}";
     let p = plan(&format!("{POOL}{}", pods("web", 3, "1", "1Gi", spec)));
     assert_eq!(p.summary.unschedulable, 0);
-    assert!(p.node_claims.iter().all(|c| c.zone == "eastus-1"));
+    assert_eq!(
+        pods_per_label(&p, "web", "topology.kubernetes.io/zone"),
+        [("eastus-1".to_string(), 3)].into(),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -542,10 +685,15 @@ spec:
         pods("web", 2, "1", "1Gi", "")
     );
     let p = plan(&yaml);
-    assert!(
-        p.node_claims
-            .iter()
-            .all(|c| c.node_pool == "preferred" && c.labels["tailor.sh/sku-family"] == "E")
+    assert_eq!(
+        pods_per_label(&p, "web", "tailor.sh/nodepool"),
+        [("preferred".to_string(), 2)].into(),
+        "{p:#?}"
+    );
+    assert_eq!(
+        pods_per_label(&p, "web", "tailor.sh/sku-family"),
+        [("E".to_string(), 2)].into(),
+        "{p:#?}"
     );
 }
 
@@ -599,6 +747,7 @@ spec:
         pods("web", 4, "1", "2Gi", "")
     );
     let p = plan(&yaml);
+    assert_eq!(p.summary.scheduled_on_new, 4, "{p:#?}");
     assert!(p.node_claims.iter().all(|c| c.zone == "eastus-2"
         && c.capacity_type.as_str() == "spot"
         && c.price_is_estimate));

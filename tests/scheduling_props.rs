@@ -1,6 +1,7 @@
 //! Property: for random small clusters, every plan (cost-aware and greedy) passes the
 //! independent validator — resources, affinity both ways, spread, taints, node selectors,
-//! host ports and NodePool limits.
+//! host ports and NodePool limits — and makes progress: with no NodePool limit every pod
+//! is placed, and the cost-aware plan never costs more than the greedy one.
 
 mod support;
 
@@ -147,6 +148,7 @@ proptest! {
     ) {
         let yaml = cluster_yaml(&pods, cpu_limit, existing);
         let input = support::input_from_yaml(&yaml);
+        let mut costs = Vec::new();
         for cost_aware in [true, false] {
             let plan = scheduling::schedule(&input, &Options { cost_aware, ..Options::default() });
             let errors = validate(&input, &plan);
@@ -155,6 +157,21 @@ proptest! {
                 plan.summary.scheduled_on_existing + plan.summary.scheduled_on_new + plan.summary.unschedulable,
                 plan.summary.pods
             );
+            // Progress: every generated pod can run somewhere (the pools sell sizes for
+            // every request, arm64 included, and every constraint can be met on new
+            // nodes), so without a limit none is left pending.
+            if cpu_limit.is_none() {
+                prop_assert_eq!(
+                    plan.summary.unschedulable, 0,
+                    "cost_aware={}: {:#?}\n{}", cost_aware, plan.unschedulable, yaml
+                );
+            }
+            costs.push((plan.summary.hourly_cost, plan.summary.unschedulable));
+        }
+        // The packer only replaces the placement pass's plan with a cheaper one.
+        let ((tailored, left_t), (greedy, left_g)) = (costs[0], costs[1]);
+        if left_t == left_g {
+            prop_assert!(tailored <= greedy + 1e-9, "cost-aware ${tailored} > greedy ${greedy}\n{yaml}");
         }
     }
 }

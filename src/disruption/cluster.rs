@@ -9,7 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::apis::{ConsolidationPolicy, NodePool, labels};
-use crate::model::{CapacityType, InstanceType, NodeSettings};
+use crate::model::{CapacityType, InstanceType, NodeSettings, Requirements};
 use crate::scheduling::pod::{Selector, selector};
 use crate::scheduling::{Input, InputError};
 use crate::state::Snapshot;
@@ -41,8 +41,9 @@ pub struct NodeMeta {
     pub instance_type: String,
     /// Zone.
     pub zone: String,
-    /// Capacity type.
-    pub capacity_type: Option<CapacityType>,
+    /// Capacity type: the node's label, else its NodeClaim's, else on-demand (Karpenter's
+    /// default when a NodePool does not say).
+    pub capacity_type: CapacityType,
     /// USD per hour, when the catalog prices it.
     pub price_per_hour: Option<f64>,
     /// Creation time, unix seconds.
@@ -145,6 +146,45 @@ fn fnv_hex(text: &str) -> String {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("{h:016x}")
+}
+
+/// Why a node no longer meets its NodePool's requirements, if it does not (Karpenter's
+/// requirement drift: a pool that now requires sku-version 6 has drifted from its v5
+/// nodes). The node's labels are completed with what the catalog says of its size, and
+/// with the zone and capacity type disruption resolved for it; a requirement on a key the
+/// node does not carry is not drift (template label changes are caught by the hash).
+fn requirements_drift(
+    pool: &crate::scheduling::Pool,
+    node: &crate::scheduling::ExistingNode,
+    sku: Option<&InstanceType>,
+    zone: &str,
+    capacity_type: CapacityType,
+) -> Option<String> {
+    let mut known: BTreeMap<String, String> = sku
+        .map(|t| t.requirements.single_valued_labels())
+        .unwrap_or_default();
+    if !zone.is_empty() {
+        known.insert(labels::ZONE.to_string(), zone.to_string());
+    }
+    known.insert(
+        labels::CAPACITY_TYPE.to_string(),
+        capacity_type.as_str().to_string(),
+    );
+    for (k, v) in &node.labels {
+        known.insert(labels::canonical_key(k).to_string(), v.clone());
+    }
+    pool.requirements
+        .iter()
+        .filter(|r| known.contains_key(r.key()))
+        .find(|r| !r.matches(known.get(r.key()).map(String::as_str)))
+        .map(|r| {
+            format!(
+                "NodePool {} now requires {r}, the node has {}={}",
+                pool.name,
+                r.key(),
+                known.get(r.key()).map_or("", String::as_str)
+            )
+        })
 }
 
 fn seconds(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
@@ -266,6 +306,12 @@ impl Cluster {
         now: i64,
     ) -> Result<Self, ClusterError> {
         let input = Input::from_snapshot(snapshot, instance_types)?;
+        // Existing nodes are priced from the whole catalog, not from what their NodePool
+        // may buy now: a D8s_v5 under a pool that now requires sku-version 6 still costs
+        // what a D8s_v5 costs, and is replaced by drift rather than left unpriced.
+        let catalog = instance_types(&NodeSettings::default()).map_err(InputError::Catalog)?;
+        let catalog: BTreeMap<&str, &InstanceType> =
+            catalog.iter().map(|t| (t.name.as_str(), t)).collect();
         let mut rules = BTreeMap::new();
         for np in &snapshot.node_pools {
             rules.insert(
@@ -304,32 +350,35 @@ impl Cluster {
         for n in &input.nodes {
             let object = objects.get(n.name.as_str());
             let claim = claims.get(n.name.as_str());
-            let pool = label(&n.labels, labels::NODE_POOL).map(str::to_string);
-            let instance_type = label(&n.labels, labels::INSTANCE_TYPE)
-                .unwrap_or_default()
-                .to_string();
-            let zone = label(&n.labels, labels::ZONE)
-                .unwrap_or_default()
-                .to_string();
-            let capacity_type = match label(&n.labels, labels::CAPACITY_TYPE) {
-                Some(labels::CAPACITY_TYPE_SPOT) => Some(CapacityType::Spot),
-                Some(labels::CAPACITY_TYPE_ON_DEMAND) => Some(CapacityType::OnDemand),
-                _ => None,
+            let claim_labels = claim.and_then(|c| c.metadata.labels.as_ref());
+            let claim_requirements =
+                claim.and_then(|c| Requirements::from_node_requirements(&c.spec.requirements).ok());
+            // The node's label, else the NodeClaim's label, else a single value its
+            // NodeClaim requires.
+            let read = |key: &str| -> Option<String> {
+                label(&n.labels, key)
+                    .or_else(|| claim_labels.and_then(|l| label(l, key)))
+                    .or_else(|| claim_requirements.as_ref()?.get(key)?.single_value())
+                    .map(str::to_string)
             };
-            let price_per_hour = input
-                .pools
-                .iter()
-                .filter(|p| pool.as_deref().is_none_or(|name| name == p.name))
-                .flat_map(|p| p.instance_types.iter())
-                .find(|t| t.name == instance_type)
+            let pool = read(labels::NODE_POOL);
+            let instance_type = read(labels::INSTANCE_TYPE).unwrap_or_default();
+            let zone = read(labels::ZONE).unwrap_or_default();
+            // Karpenter launches on-demand capacity unless a requirement says otherwise.
+            let capacity_type = match read(labels::CAPACITY_TYPE).as_deref() {
+                Some(labels::CAPACITY_TYPE_SPOT) => CapacityType::Spot,
+                _ => CapacityType::OnDemand,
+            };
+            let sku = catalog.get(instance_type.as_str()).copied();
+            let price_per_hour = sku
                 .and_then(|t| {
                     t.offerings
                         .iter()
-                        .find(|o| o.zone == zone && Some(o.capacity_type) == capacity_type)
+                        .find(|o| o.zone == zone && o.capacity_type == capacity_type)
                         .or_else(|| {
                             t.offerings
                                 .iter()
-                                .find(|o| Some(o.capacity_type) == capacity_type)
+                                .find(|o| o.capacity_type == capacity_type)
                         })
                 })
                 .map(|o| o.price_per_hour);
@@ -393,6 +442,13 @@ impl Cluster {
                     })?;
                 (latest.id != running)
                     .then(|| format!("node image {running} is not the latest, {}", latest.id))
+            });
+            let drifted = drifted.or_else(|| {
+                let pool = input
+                    .pools
+                    .iter()
+                    .find(|p| Some(&p.name) == pool.as_ref())?;
+                requirements_drift(pool, n, sku, &zone, capacity_type)
             });
             let provider_id = object
                 .and_then(|o| o.spec.as_ref()?.provider_id.clone())

@@ -339,8 +339,11 @@ impl<'a> Work<'a> {
     }
 }
 
+/// Dollars rounded to 4 decimals, never negative zero: an empty `f64` sum is -0.0 (Rust's
+/// `Sum` starts there), and a report must not print "-0.0" for nothing saved.
 fn round4(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
+    let rounded = (x * 10_000.0).round() / 10_000.0;
+    if rounded == 0.0 { 0.0 } else { rounded }
 }
 
 impl Work<'_> {
@@ -470,7 +473,7 @@ impl Work<'_> {
             return Some(format!(
                 "no price for {} {} in {}",
                 m.instance_type,
-                m.capacity_type.map_or("", |c| c.as_str()),
+                m.capacity_type.as_str(),
                 m.zone
             ));
         }
@@ -527,6 +530,14 @@ impl Work<'_> {
             &input,
             &Options {
                 name_prefix: format!("replacement-{}-", self.replacements_made),
+                // A consolidation may add one node, which already gets the cheapest type
+                // that holds its pods: the exhaustive search would be spent for nothing on
+                // every candidate weighed.
+                exact_max_pods: if max_new <= 1 {
+                    0
+                } else {
+                    scheduling::packing::EXACT_MAX_PODS
+                },
                 ..Options::default()
             },
         );
@@ -569,7 +580,7 @@ impl Work<'_> {
             && claim.capacity_type == CapacityType::Spot
             && set
                 .iter()
-                .all(|&i| self.meta[i].capacity_type == Some(CapacityType::Spot))
+                .all(|&i| self.meta[i].capacity_type == CapacityType::Spot)
         {
             if !self.settings.spot_to_spot {
                 return Err("spot-to-spot replacement is off".to_string());
@@ -694,7 +705,7 @@ impl Work<'_> {
                 pool: Some(claim.node_pool.clone()),
                 instance_type: claim.instance_type.clone(),
                 zone: claim.zone.clone(),
-                capacity_type: Some(claim.capacity_type),
+                capacity_type: claim.capacity_type,
                 price_per_hour: Some(claim.price_per_hour),
                 created: Some(self.cluster.now),
                 last_pod_event: Some(self.cluster.now),

@@ -13,11 +13,13 @@ use super::resources::Resources;
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
 
-/// How a node is bought.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+/// How a node is bought. On-demand is the default, as in Karpenter when nothing asks for
+/// spot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub enum CapacityType {
     /// Pay-as-you-go, never reclaimed.
     #[serde(rename = "on-demand")]
+    #[default]
     OnDemand,
     /// Azure Spot: cheaper, may be evicted at any time.
     #[serde(rename = "spot")]

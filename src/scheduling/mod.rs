@@ -2,6 +2,7 @@
 //! rest, as strict as kube-scheduler about where a pod may run and cheaper than greedy
 //! packing. Pure: a function of its [`Input`] and [`Options`].
 
+mod exact;
 mod index;
 pub mod input;
 pub mod packing;
@@ -155,7 +156,11 @@ fn plan(s: &Scheduler<'_>) -> Plan {
         summary: Summary {
             pods: pending,
             new_nodes: node_claims.len(),
-            hourly_cost: (hourly_cost * 1e6).round() / 1e6,
+            // Never -0.0: an empty f64 sum starts there.
+            hourly_cost: match (hourly_cost * 1e6).round() / 1e6 {
+                0.0 => 0.0,
+                rounded => rounded,
+            },
             scheduled_on_existing,
             scheduled_on_new,
             unschedulable: unschedulable.len(),

@@ -7,15 +7,22 @@
 //!
 //! 1. nodes left with constrained pods shrink to their cheapest fitting type, and their
 //!    free room takes lifted pods at no extra cost;
-//! 2. the rest are packed by cost efficiency: every pod class gets a weight, its cheapest
-//!    cost per pod when packed alone; each step opens the node (type and fill) with the most
-//!    weight per dollar, taking the same node as many times as the remaining pods allow;
+//! 2. the rest go on new nodes. Up to `Options::exact_max_pods` pods (and a bounded search), when
+//!    the cost-efficiency packing below needs more than one node, the packing is exact (see [`super::exact`]) and pods of different requirement groups of a
+//!    pool share a node where a type admits them all. Beyond that they are packed by cost
+//!    efficiency, group by group: every pod class gets a weight, its cheapest cost per pod
+//!    when packed alone; each step opens the node (type and fill) with the most weight per
+//!    dollar, taking the same node as many times as the remaining pods allow;
 //! 3. every new node finally takes the cheapest type that holds what it got.
+//!
+//! A lifted pod keeps the requirements its placement kept: preferred node affinity the
+//! placement pass did not have to relax is a requirement here too.
 //!
 //! The result replaces the greedy one only if it is valid and cheaper.
 
 use std::collections::BTreeMap;
 
+use super::exact::{MAX_STATES, MAX_STEPS, MixedClass, pack_exact};
 use super::scheduler::{NodeKind, R, ResV, Scheduler, fits};
 use crate::apis::labels;
 use crate::model::{CapacityType, NodeRequirements, Requirement, Requirements};
@@ -245,7 +252,7 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
             continue;
         }
         s.unplace(p);
-        let reqs = s.pods[p].info.node_requirements.clone();
+        let reqs = s.kept_requirements(p);
         let key = (pool, format!("{:?}", reqs.alternatives()));
         groups
             .entry(key)
@@ -309,16 +316,42 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
     for n in kept {
         s.rebuild_options(n);
     }
-    // 3. The rest: cost-efficient packing per group, on new nodes.
-    for ((pool, _), (reqs, pods)) in groups {
-        let pods: Vec<usize> = pods
-            .into_iter()
-            .filter(|p| !placed_in_slack.contains(p))
-            .collect();
-        if pods.is_empty() {
-            continue;
-        }
-        pack_group(s, pool, &reqs, &pods)?;
+    // 3. The rest, on new nodes: a small input exactly, with the groups of a pool sharing
+    // nodes where a type admits them all; otherwise by cost efficiency, group by group.
+    let rest: Vec<(usize, NodeRequirements, Vec<usize>)> = groups
+        .into_iter()
+        .map(|((pool, _), (reqs, pods))| {
+            let pods: Vec<usize> = pods
+                .into_iter()
+                .filter(|p| !placed_in_slack.contains(p))
+                .collect();
+            (pool, reqs, pods)
+        })
+        .filter(|(_, _, pods)| !pods.is_empty())
+        .collect();
+    let total: usize = rest.iter().map(|(_, _, pods)| pods.len()).sum();
+    // Both packings are planned before anything changes; if a NodePool limit or minValues
+    // then refuses one of the nodes, the repack fails and the placement pass's plan stays.
+    let heuristic: Vec<SmallNode> = rest
+        .iter()
+        .map(|(pool, reqs, pods)| plan_group(s, *pool, reqs, pods))
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    // A single new node already has the cheapest type that holds its pods; the exact
+    // search is for splits over several nodes (and disruption, which runs the scheduler
+    // for every candidate and accepts at most one new node, rarely needs it).
+    let cost = |nodes: &[SmallNode]| nodes.iter().map(|n| n.3).sum::<f64>();
+    let nodes = match (heuristic.len() >= 2 && total <= s.options.exact_max_pods)
+        .then(|| plan_small(s, &rest))
+        .flatten()
+    {
+        Some(exact) if cost(&exact) < cost(&heuristic) - 1e-9 => exact,
+        _ => heuristic,
+    };
+    for (pool, base, t, price, pods) in nodes {
+        open_node(s, pool, &base, t, price, &pods)?;
     }
     // Every lifted pod must have landed.
     (0..pending)
@@ -327,40 +360,53 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         .then_some(())
 }
 
-fn pack_group(
-    s: &mut Scheduler<'_>,
-    pi: usize,
-    reqs: &NodeRequirements,
-    pods: &[usize],
-) -> Option<()> {
-    let input = s.input;
-    let pool = &input.pools[pi];
-    let alt = reqs.alternatives().iter().find(|a| {
-        a.compatible_allowing(&pool.requirements, &labels::is_well_known)
-            .is_ok()
-    })?;
-    let base = pool.requirements.intersect(alt);
-    // Bin types: every compatible type at its cheapest admitted offering.
-    let admitted = |o: &crate::model::Offering| {
-        o.available
-            && base
-                .get(labels::ZONE)
-                .is_none_or(|r| r.admits_value(&o.zone))
-            && base
-                .get(labels::CAPACITY_TYPE)
-                .is_none_or(|r| r.admits_value(o.capacity_type.as_str()))
-    };
+/// By default, inputs with at most this many pods to pack are packed exactly (see
+/// [`super::exact`]), when the search also stays within its bounds.
+pub const EXACT_MAX_PODS: usize = 40;
+
+/// The requirements a new node of pool `pi` has for pods with requirements `reqs`: the
+/// pool's and the first alternative compatible with them that some type meets.
+fn group_base(s: &Scheduler<'_>, pi: usize, reqs: &NodeRequirements) -> Option<Requirements> {
+    let pool = &s.input.pools[pi];
+    reqs.alternatives()
+        .iter()
+        .filter(|a| {
+            a.compatible_allowing(&pool.requirements, &labels::is_well_known)
+                .is_ok()
+        })
+        .map(|a| pool.requirements.intersect(a))
+        .find(|base| !bin_types(s, pi, base).1.is_empty())
+}
+
+/// Whether an offering meets a node's requirements on zone and capacity type.
+fn admitted(base: &Requirements, o: &crate::model::Offering) -> bool {
+    o.available
+        && base
+            .get(labels::ZONE)
+            .is_none_or(|r| r.admits_value(&o.zone))
+        && base
+            .get(labels::CAPACITY_TYPE)
+            .is_none_or(|r| r.admits_value(o.capacity_type.as_str()))
+}
+
+/// The types (indices into the pool's types) a node with requirements `base` may be, each
+/// at its cheapest admitted offering.
+fn bin_types(s: &Scheduler<'_>, pi: usize, base: &Requirements) -> (Vec<usize>, Vec<BinType>) {
+    let pool = &s.input.pools[pi];
     let mut shapes: Vec<usize> = Vec::new();
     let mut types = Vec::new();
+    if base.iter().any(|r| r.is_empty()) {
+        return (shapes, types);
+    }
     for (t, ti) in s.pools[pi].types.iter().enumerate() {
         let it = &pool.instance_types[ti.index];
-        if it.requirements.intersects(&base).is_err() {
+        if it.requirements.intersects(base).is_err() {
             continue;
         }
         let cheapest = it
             .offerings
             .iter()
-            .filter(|o| admitted(o))
+            .filter(|o| admitted(base, o))
             .map(|o| o.price_per_hour)
             .fold(f64::INFINITY, f64::min);
         if cheapest.is_finite() {
@@ -371,6 +417,123 @@ fn pack_group(
             });
         }
     }
+    (shapes, types)
+}
+
+/// Opens a new node of pool `pi`, type `t` at `price` for `pods`: among the offerings at
+/// that price, the zone with the fewest planned nodes.
+fn open_node(
+    s: &mut Scheduler<'_>,
+    pi: usize,
+    base: &Requirements,
+    t: usize,
+    price: f64,
+    pods: &[usize],
+) -> Option<()> {
+    let it = &s.input.pools[pi].instance_types[s.pools[pi].types[t].index];
+    let load = |z: &str| s.pools[pi].planned_per_zone.get(z).copied().unwrap_or(0);
+    let offering = it
+        .offerings
+        .iter()
+        .filter(|o| admitted(base, o) && o.price_per_hour <= price)
+        .min_by(|a, b| {
+            load(&a.zone)
+                .cmp(&load(&b.zone))
+                .then_with(|| a.zone.cmp(&b.zone))
+        })?;
+    let (zone, ct) = (offering.zone.clone(), offering.capacity_type);
+    let n = s.new_planned_node(pi, base, &zone, ct, t)?;
+    for &p in pods {
+        s.place(p, n);
+    }
+    s.rebuild_options(n);
+    // The node must have a type that holds its pods, within minValues.
+    s.chosen_type(n)?;
+    let node = &s.nodes[n];
+    s.min_values_ok(pi, &node.options.types[node.pos..], &node.used)
+        .ok()?;
+    Some(())
+}
+
+/// A new node of an exact packing: pool, requirements, type, price and pods.
+type SmallNode = (usize, Requirements, usize, f64, Vec<usize>);
+
+/// The exact packing of a small input, pool by pool, without changing the plan; pods of
+/// different requirement groups share a node when a type admits them all (an
+/// unconstrained pod fills an arm64 node's room). `None` when the search is too large.
+fn plan_small(
+    s: &Scheduler<'_>,
+    rest: &[(usize, NodeRequirements, Vec<usize>)],
+) -> Option<Vec<SmallNode>> {
+    let pools: std::collections::BTreeSet<usize> = rest.iter().map(|(pi, _, _)| *pi).collect();
+    let mut out = Vec::new();
+    for pi in pools {
+        let groups: Vec<(&NodeRequirements, &Vec<usize>)> = rest
+            .iter()
+            .filter(|(p, _, _)| *p == pi)
+            .map(|(_, reqs, pods)| (reqs, pods))
+            .collect();
+        if groups.len() >= 64 {
+            return None;
+        }
+        let bases: Vec<Requirements> = groups
+            .iter()
+            .map(|(reqs, _)| group_base(s, pi, reqs))
+            .collect::<Option<_>>()?;
+        let mut by_class: BTreeMap<(usize, ResV), Vec<usize>> = BTreeMap::new();
+        for (g, (_, pods)) in groups.iter().enumerate() {
+            for &p in *pods {
+                by_class.entry((g, s.pods[p].req?)).or_default().push(p);
+            }
+        }
+        let classes: Vec<MixedClass> = by_class
+            .iter()
+            .map(|((g, req), ps)| MixedClass {
+                req: *req,
+                count: ps.len(),
+                group: *g,
+            })
+            .collect();
+        let mut members: Vec<Vec<usize>> = by_class.into_values().collect();
+        // Per group mask: the node's requirements and its types.
+        let mut by_mask: BTreeMap<u64, (Requirements, Vec<usize>)> = BTreeMap::new();
+        let mut types_for = |mask: u64| {
+            let mut base = s.input.pools[pi].requirements.clone();
+            for (g, b) in bases.iter().enumerate() {
+                if mask & (1 << g) != 0 {
+                    base = base.intersect(b);
+                }
+            }
+            let (shapes, types) = bin_types(s, pi, &base);
+            by_mask.insert(mask, (base, shapes));
+            types
+        };
+        let bins = pack_exact(&classes, &mut types_for, MAX_STATES, MAX_STEPS)?;
+        for bin in bins {
+            let (base, shapes) = by_mask.get(&bin.groups)?;
+            let mut pods = Vec::new();
+            for (c, count) in bin.counts.iter().enumerate() {
+                for _ in 0..*count {
+                    pods.push(members[c].pop()?);
+                }
+            }
+            out.push((pi, base.clone(), shapes[bin.bin_type], bin.price, pods));
+        }
+    }
+    Some(out)
+}
+
+/// The cost-efficiency packing of one requirement group on new nodes, without changing
+/// the plan.
+fn plan_group(
+    s: &Scheduler<'_>,
+    pi: usize,
+    reqs: &NodeRequirements,
+    pods: &[usize],
+) -> Option<Vec<SmallNode>> {
+    let base = group_base(s, pi, reqs)?;
+    // Bin types: every compatible type at its cheapest admitted offering.
+    let (shapes, types) = bin_types(s, pi, &base);
     // Pod classes: identical requests.
     let mut by_req: BTreeMap<ResV, Vec<usize>> = BTreeMap::new();
     for &p in pods {
@@ -385,37 +548,18 @@ fn pack_group(
         .collect();
     let mut members: Vec<Vec<usize>> = by_req.into_values().collect();
     let bins = pack(&types, &classes)?;
+    let mut out = Vec::with_capacity(bins.len());
     for bin in bins {
-        let t = shapes[bin.bin_type];
-        let price = types[bin.bin_type].price;
-        // Among the offerings at that price, the zone with the fewest planned nodes.
-        let it = &pool.instance_types[s.pools[pi].types[t].index];
-        let load = |z: &str| s.pools[pi].planned_per_zone.get(z).copied().unwrap_or(0);
-        let offering = it
-            .offerings
-            .iter()
-            .filter(|o| admitted(o) && o.price_per_hour <= price)
-            .min_by(|a, b| {
-                load(&a.zone)
-                    .cmp(&load(&b.zone))
-                    .then_with(|| a.zone.cmp(&b.zone))
-            })?;
-        let (zone, ct) = (offering.zone.clone(), offering.capacity_type);
-        let n = s.new_planned_node(pi, &base, &zone, ct, t)?;
+        let mut on_node = Vec::new();
         for (c, count) in bin.counts.iter().enumerate() {
             for _ in 0..*count {
-                let p = members[c].pop()?;
-                s.place(p, n);
+                on_node.push(members[c].pop()?);
             }
         }
-        s.rebuild_options(n);
-        // The node must have a type that holds its pods, within minValues.
-        s.chosen_type(n)?;
-        let node = &s.nodes[n];
-        s.min_values_ok(pi, &node.options.types[node.pos..], &node.used)
-            .ok()?;
+        let t = shapes[bin.bin_type];
+        out.push((pi, base.clone(), t, types[bin.bin_type].price, on_node));
     }
-    Some(())
+    Some(out)
 }
 
 impl Scheduler<'_> {
@@ -424,6 +568,15 @@ impl Scheduler<'_> {
     fn is_free(&self, p: usize) -> bool {
         let pod = &self.pods[p];
         pod.req.is_some() && !pod.info.has_pod_constraints() && pod.matches.is_empty()
+    }
+
+    /// What a lifted pod's new node must satisfy: the requirements its placement kept
+    /// (preferences included unless the placement pass had to relax them).
+    fn kept_requirements(&self, p: usize) -> NodeRequirements {
+        let pod = &self.pods[p];
+        pod.kept_requirements
+            .clone()
+            .unwrap_or_else(|| pod.info.node_requirements.clone())
     }
 
     fn free_pod_fits_planned(&mut self, p: usize, n: usize, t: usize) -> bool {
@@ -435,7 +588,8 @@ impl Scheduler<'_> {
         {
             return false;
         }
-        let alts = pod.info.node_requirements.alternatives();
+        let kept = self.kept_requirements(p);
+        let alts = kept.alternatives();
         if alts.iter().all(|a| a.is_empty()) {
             return true;
         }

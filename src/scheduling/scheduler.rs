@@ -126,6 +126,10 @@ pub struct Options {
     pub cost_aware: bool,
     /// Prefix for planned node names.
     pub name_prefix: String,
+    /// The packer searches for the exact minimum-cost packing when at most this many pods
+    /// are to be packed (0: never). Disruption turns it off where a plan may add one node
+    /// at most: one node already takes the cheapest type that holds its pods.
+    pub exact_max_pods: usize,
 }
 
 impl Default for Options {
@@ -133,6 +137,7 @@ impl Default for Options {
         Options {
             cost_aware: true,
             name_prefix: String::new(),
+            exact_max_pods: super::packing::EXACT_MAX_PODS,
         }
     }
 }
@@ -217,6 +222,11 @@ pub(crate) struct PodState<'a> {
     owns_anti: Vec<usize>,
     /// Placement: node index.
     pub(crate) node: Option<usize>,
+    /// The node requirements in force when the placement pass placed the pod: its required
+    /// terms plus the preferred terms it did not have to relax. The packer moves the pod
+    /// only within these, so a preference relaxed nowhere is not dropped for a cheaper
+    /// node (Karpenter treats preferences as requirements until the pod cannot land).
+    pub(crate) kept_requirements: Option<NodeRequirements>,
     trivial_requirements: bool,
 }
 
@@ -367,6 +377,7 @@ pub(crate) struct Checkpoint {
     pools: Vec<PoolState>,
     domains: Vec<Interner>,
     pod_nodes: Vec<Option<usize>>,
+    index: NodeIndex,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -542,6 +553,7 @@ impl<'a> Scheduler<'a> {
                 anti_targets: Vec::new(),
                 owns_anti: Vec::new(),
                 node: None,
+                kept_requirements: None,
                 trivial_requirements: info
                     .node_requirements
                     .alternatives()
@@ -1536,20 +1548,33 @@ impl<'a> Scheduler<'a> {
         if self.pools[pi].nodes_remaining <= 0 {
             return Err("node limit reached".to_string());
         }
-        // The requirements a new node would have: the pool's, narrowed by the pod's first
-        // compatible alternative.
+        // The requirements a new node would have: the pool's, narrowed by the first of the
+        // pod's ORed alternatives that some instance type of the pool meets with room for
+        // the pod (a term no size satisfies must not hide the next one), else the first
+        // compatible alternative, for the reason.
         let alt = if active.trivial {
             None
         } else {
-            active
+            let compatible: Vec<&Requirements> = active
                 .node_requirements
                 .alternatives()
                 .iter()
-                .find(|a| {
+                .filter(|a| {
                     a.compatible_allowing(&pool.requirements, &labels::is_well_known)
                         .is_ok()
                 })
-                .cloned()
+                .collect();
+            compatible
+                .iter()
+                .find(|a| {
+                    let templates = self.templates(pi, Some(a));
+                    templates
+                        .compatible
+                        .iter()
+                        .any(|&t| fits(&req, &self.pools[pi].types[t as usize].alloc))
+                })
+                .or(compatible.first())
+                .map(|a| (*a).clone())
         };
         let templates = self.templates(pi, alt.as_ref());
         let state = &self.pools[pi];
@@ -1807,11 +1832,15 @@ impl<'a> Scheduler<'a> {
             }
             if let Some(n) = placed {
                 self.place(p, n);
+                self.pods[p].kept_requirements = Some(active.node_requirements);
                 return;
             }
             // 2. A new node.
             match self.create_node(p, &active) {
-                Ok(_) => return,
+                Ok(_) => {
+                    self.pods[p].kept_requirements = Some(active.node_requirements);
+                    return;
+                }
                 Err(r) => last_reasons = r,
             }
         }
@@ -1996,6 +2025,7 @@ impl<'a> Scheduler<'a> {
             pools: self.pools.clone(),
             domains: self.domains.clone(),
             pod_nodes: self.pods.iter().map(|p| p.node).collect(),
+            index: self.index.clone(),
         }
     }
 
@@ -2005,6 +2035,7 @@ impl<'a> Scheduler<'a> {
         self.groups = c.groups;
         self.pools = c.pools;
         self.domains = c.domains;
+        self.index = c.index;
         for (p, n) in self.pods.iter_mut().zip(c.pod_nodes) {
             p.node = n;
         }

@@ -55,7 +55,8 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
         node.labels
             .entry(labels::HOSTNAME.to_string())
             .or_insert_with(|| n.name.clone());
-        if let Some(e) = plan.existing_nodes.iter().find(|e| e.node == n.name) {
+        // Every placement naming the node counts, not only the first.
+        for e in plan.existing_nodes.iter().filter(|e| e.node == n.name) {
             for key in &e.pods {
                 match pending.get(key.as_str()) {
                     Some(p) => node.pods.push(p),
@@ -70,6 +71,11 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
             }
         }
         nodes.push(node);
+    }
+    for e in &plan.existing_nodes {
+        if !input.nodes.iter().any(|n| n.name == e.node) {
+            errors.push(format!("pods placed on unknown node {}", e.node));
+        }
     }
     for c in &plan.node_claims {
         let Some(pool) = input.pools.iter().find(|p| p.name == c.node_pool) else {

@@ -346,7 +346,7 @@ impl World<'_> {
                     pool: n.labels.get(labels::NODE_POOL).cloned(),
                     instance_type: n.instance_type.clone(),
                     zone: n.zone.clone(),
-                    capacity_type: Some(n.capacity_type),
+                    capacity_type: n.capacity_type,
                     price_per_hour: Some(n.price),
                     created: Some(n.created),
                     last_pod_event: Some(n.last_pod_event),
