@@ -33,6 +33,11 @@ impl Drop for ControlPlane {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        // A failed test keeps the cluster's and the agents' logs to read.
+        if std::thread::panicking() {
+            let kept = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
+            eprintln!("control plane logs kept in {}", kept.join("logs").display());
+        }
     }
 }
 

@@ -116,6 +116,8 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
     };
     ctx.metrics
         .observe_decision("launch", started.elapsed().as_secs_f64());
+    // A launch may have cached offerings as unavailable: refresh their count now.
+    let _ = ctx.instance_types().await;
     let now = ctx.clock.now();
     match result {
         Ok(instance) => {
