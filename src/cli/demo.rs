@@ -365,14 +365,29 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
     let metrics = crate::telemetry::Metrics::new(&opentelemetry::global::meter("tailor-demo"));
     let ready = crate::server::Readiness::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // Bound before the run: an address in use is reported now, not after a week of
+    // simulation.
+    let listener = match args.serve {
+        Some(addr) => Some(
+            runtime
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .map_err(|e| CliError::InvalidFlag {
+                    flag: "--serve",
+                    reason: format!("cannot listen on {addr}: {e}"),
+                })?,
+        ),
+        None => None,
+    };
     // /metrics is up from the start, so Prometheus can watch the autonomous run live.
-    let server = args.serve.map(|addr| {
+    let server = listener.map(|listener| {
+        if let Ok(bound) = listener.local_addr() {
+            eprintln!("serving /metrics on http://{bound}/metrics");
+        }
         let (metrics, ready) = (metrics.clone(), ready.clone());
-        runtime.spawn(crate::server::serve(
-            addr,
+        runtime.spawn(crate::server::serve_on(
+            listener,
             metrics,
             ready,
-            |bound| eprintln!("serving /metrics on http://{bound}/metrics"),
             async move {
                 let _ = stopped.await;
             },

@@ -340,7 +340,7 @@ impl<'a> Work<'a> {
 }
 
 fn round4(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
+    crate::model::quantity::round_to(x, 4)
 }
 
 impl Work<'_> {

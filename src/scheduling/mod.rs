@@ -155,7 +155,7 @@ fn plan(s: &Scheduler<'_>) -> Plan {
         summary: Summary {
             pods: pending,
             new_nodes: node_claims.len(),
-            hourly_cost: (hourly_cost * 1e6).round() / 1e6,
+            hourly_cost: crate::model::quantity::round_to(hourly_cost, 6),
             scheduled_on_existing,
             scheduled_on_new,
             unschedulable: unschedulable.len(),
