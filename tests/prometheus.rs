@@ -949,3 +949,68 @@ async fn recommend_fails_with_what_to_check_when_nothing_matches_and_names_conta
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_would_take_too_many_queries_is_refused_before_the_first() {
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = requests.clone();
+    let url = fake_prometheus(move |path| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            path.ends_with("/series"),
+            "only the series lookup is sent: {path}"
+        );
+        Answer::Full(
+            "application/json",
+            r#"{"status":"success","data":[{"namespace":"shop","pod":"web-1","container":"app"}]}"#
+                .to_string(),
+        )
+    })
+    .await;
+    let source = PrometheusSource::new(PrometheusSettings::new(&url)).expect("source builds");
+    // A year at a one-second step: one container alone needs about 2,900 CPU queries.
+    let end = 1_800_000_000;
+    let query = UsageQuery {
+        namespaces: Vec::new(),
+        start: end - 366 * DAY,
+        end,
+        step: 1,
+    };
+    let mut usage = tailor::usage::Usage::default();
+    let err = source
+        .read(&query, &mut usage)
+        .await
+        .expect_err("too many queries");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("more than the 2000 one read may issue"),
+        "{msg}"
+    );
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[test]
+fn windows_and_steps_out_of_bounds_are_refused() {
+    let ok = UsageQuery {
+        namespaces: Vec::new(),
+        start: 0,
+        end: 14 * DAY,
+        step: 300,
+    };
+    assert!(ok.check().is_ok());
+    for (start, end, step, message) in [
+        (0, 0, 300, "is empty"),
+        (0, 367 * DAY, 300, "longer than"),
+        (0, DAY, 0, "step 0s is outside"),
+        (0, DAY, 7200, "step 7200s is outside"),
+    ] {
+        let q = UsageQuery {
+            start,
+            end,
+            step,
+            ..ok.clone()
+        };
+        let err = q.check().expect_err("out of bounds");
+        assert!(err.to_string().contains(message), "{err}");
+    }
+}
