@@ -1,7 +1,8 @@
 //! Property: whatever bytes arrive, the snapshot loader, the quantity parser and the
 //! catalog CSV loader answer with a value or an error, never a panic, and quickly. Inputs
 //! are arbitrary bytes and, to reach past the first parse error, sequences of the tokens
-//! each format is made of.
+//! each format is made of. 256 cases per property in `cargo test`; set `PROPTEST_CASES`
+//! for a long fuzzing run.
 
 use proptest::prelude::*;
 use tailor::catalog::Catalog;
@@ -115,8 +116,6 @@ fn csv_pieces() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
     #[test]
     fn the_snapshot_loader_never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
         let _ = Snapshot::from_yaml("fuzz.yaml", &text(&bytes));

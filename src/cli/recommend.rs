@@ -983,4 +983,32 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn the_html_heading_names_container_workload_and_namespace_for_what_they_are() {
+        let report = Report {
+            recommendations: vec![entry("app", false, 1.0)],
+            summary: ReportSummary {
+                containers_without_usage: vec![ContainerRef {
+                    namespace: "shop".to_string(),
+                    workload: WorkloadRef {
+                        kind: "Deployment".to_string(),
+                        name: "web".to_string(),
+                    },
+                    container: "proxy".to_string(),
+                }],
+                ..ReportSummary::default()
+            },
+        };
+        let page = super::super::recommend_html::html(&report);
+        assert!(
+            page.contains("<h2>container app of Deployment web in namespace shop</h2>"),
+            "{page}"
+        );
+        assert!(page.contains("<th>Actionable</th>"), "{page}");
+        assert!(
+            page.contains("<li>container proxy of Deployment web in namespace shop</li>"),
+            "{page}"
+        );
+    }
 }
