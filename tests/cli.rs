@@ -444,3 +444,27 @@ fn an_empty_zone_list_is_refused_naming_the_zone() {
         "{stderr}"
     );
 }
+
+#[test]
+fn figures_of_an_empty_cluster_are_zero_never_negative_zero() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("one-node.yaml");
+    std::fs::write(
+        &snapshot,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {kubernetes.io/arch: amd64}}\n\
+         status: {allocatable: {cpu: '2', memory: 4Gi, pods: '110'}}\n",
+    )
+    .expect("write");
+    let path = snapshot.to_str().expect("utf-8");
+    for args in [
+        vec!["simulate", "--disruption", "--snapshot", path, "-o", "json"],
+        vec!["simulate", "--disruption", "--snapshot", path],
+        vec!["simulate", "--snapshot", path, "-o", "json"],
+        vec!["simulate", "--snapshot", path],
+    ] {
+        let (ok, stdout, stderr) = tailor(&args);
+        assert!(ok, "{stderr}");
+        assert!(!stdout.contains("-0.0"), "{args:?}:\n{stdout}");
+        assert!(!stdout.contains("$-0"), "{args:?}:\n{stdout}");
+    }
+}
