@@ -39,6 +39,16 @@ fn autonomous_costs_less_within_the_oom_tolerance_and_the_report_has_its_charts(
         "right-sizing applied"
     );
     assert!(f(&au["recommendations"]) > 0.0 && f(&au["decisions"]) > 0.0);
+    // Realised consolidation savings add up: never more than the whole difference in
+    // spend between the runs, and nothing realised where nothing was carried out.
+    let realised = f(&au["consolidationRealisedSavings"]);
+    assert!(realised > 0.0, "{au}");
+    assert!(
+        realised <= f(&ro["totalCost"]) - f(&au["totalCost"]),
+        "realised {realised} vs spend difference {}",
+        f(&ro["totalCost"]) - f(&au["totalCost"])
+    );
+    assert_eq!(f(&ro["consolidationRealisedSavings"]), 0.0);
     assert_eq!(
         f(&ro["podsEvicted"]),
         0.0,

@@ -122,9 +122,9 @@ pub fn table(r: &DemoReport) -> String {
     );
     row(
         &mut t,
-        "consolidation saving ($/hour)",
-        format!("{:.2} available", a.consolidation_savings_per_hour),
-        format!("{:.2}", b.consolidation_savings_per_hour),
+        "consolidation saving ($)",
+        format!("{:.2}/hour available", a.consolidation_savings_per_hour),
+        format!("{:.0} realised", b.consolidation_realised_savings),
     );
     row(
         &mut t,
@@ -174,7 +174,8 @@ pub fn table(r: &DemoReport) -> String {
     let _ = writeln!(
         out,
         "\nautonomous spent ${saved:.0} less over the run ({:.0}%), ending at ${:.2}/hour instead of ${:.2}.\n\
-         right-sizing: requests worth ${:.2}/hour less at the end; consolidation: {} decisions saving ${:.2}/hour as they were taken.\n\
+         right-sizing: requests worth ${:.2}/hour less at the end; consolidation: {} decisions realised ${:.0} \
+         (a saving counts until provisioning buys the capacity again).\n\
          OOM kills {} against {} (tolerance +{}); {} pods evicted.",
         if a.total_cost > 0.0 {
             saved / a.total_cost * 100.0
@@ -185,7 +186,7 @@ pub fn table(r: &DemoReport) -> String {
         a.hourly_cost_end,
         a.requests_value_per_hour - b.requests_value_per_hour,
         b.decisions,
-        b.consolidation_savings_per_hour,
+        b.consolidation_realised_savings,
         b.oom_kills,
         a.oom_kills,
         r.oom_tolerance,

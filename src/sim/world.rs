@@ -150,8 +150,13 @@ pub struct RunSummary {
     /// Disruption decisions carried out (autonomous) or reported (recommend-only, last
     /// evaluation).
     pub decisions: usize,
-    /// USD per hour saved by those decisions.
+    /// USD per hour saved by those decisions, each as it was taken. Not additive over a
+    /// run: the night's consolidation removes nodes the day's growth buys again.
     pub consolidation_savings_per_hour: f64,
+    /// USD the decisions carried out saved over the run: a decision's saving counts from
+    /// when it is done until provisioning buys that much capacity again (autonomous;
+    /// zero in recommend-only).
+    pub consolidation_realised_savings: f64,
     /// Pods evicted.
     pub pods_evicted: usize,
     /// OOM kills.
@@ -239,6 +244,8 @@ struct World<'a> {
     applied: usize,
     pending_seconds: f64,
     spot_interruptions: u64,
+    /// USD per hour of nodes provisioning has launched so far.
+    launched_per_hour: f64,
     metrics: Option<Metrics>,
     /// (pool, size, capacity type) whose cost was last reported (to zero the ones gone).
     reported_types: std::collections::BTreeSet<(String, String, String)>,
@@ -615,6 +622,7 @@ impl World<'_> {
         }
         for claim in &plan.node_claims {
             if let Ok(instance) = cloud.create(&launch_request(&input, claim)).await {
+                self.launched_per_hour += instance.price_per_hour;
                 if let Some(m) = &self.metrics {
                     m.nodeclaim_launched(
                         &claim.node_pool,
@@ -996,6 +1004,7 @@ pub async fn run(
         applied: 0,
         pending_seconds: 0.0,
         spot_interruptions: 0,
+        launched_per_hour: 0.0,
         metrics: metrics.cloned(),
         reported_types: Default::default(),
     };
@@ -1009,6 +1018,12 @@ pub async fn run(
     let mut samples = Vec::new();
     let mut recommended = 0usize;
     let mut last_report = disruption::Report::default();
+    // Realised consolidation savings: the $/hour of decisions done and not yet bought
+    // back by provisioning, integrated over time.
+    let mut credited = std::collections::BTreeSet::new();
+    let mut credit_per_hour = 0.0;
+    let mut launched_seen = 0.0;
+    let mut realised = 0.0;
     let steps = (end - scenario.start) / scenario.step;
     for step in 0..steps {
         world.now = scenario.start + step * scenario.step;
@@ -1068,6 +1083,15 @@ pub async fn run(
             world.now += 15;
         }
         world.now = scenario.start + step * scenario.step;
+        for (i, c) in disrupter.commands().iter().enumerate() {
+            if c.phase == Phase::Done && credited.insert(i) {
+                credit_per_hour += c.decision.savings_per_hour.max(0.0);
+            }
+        }
+        let bought = world.launched_per_hour - launched_seen;
+        launched_seen = world.launched_per_hour;
+        credit_per_hour = (credit_per_hour - bought).max(0.0);
+        realised += credit_per_hour * scenario.step as f64 / 3600.0;
         world.pending_seconds +=
             world.pods.iter().filter(|p| !p.running).count() as f64 * scenario.step as f64;
         if since % 3600 == 0 {
@@ -1116,6 +1140,7 @@ pub async fn run(
                 .map(|d| d.savings_per_hour)
                 .sum()
         },
+        consolidation_realised_savings: realised,
         pods_evicted: world.evicted,
         oom_kills: world.ooms,
         provisioning_p50_seconds: percentile(&mut latencies, 0.5),
