@@ -63,7 +63,7 @@ pub struct DemoReport {
 fn days_hours(t: f64) -> String {
     jiff::Timestamp::from_second(t as i64).map_or_else(
         |_| format!("{t:.0}"),
-        |ts| ts.strftime("%m-%d %H:%M").to_string(),
+        |ts| ts.strftime("%m-%d %H:%M UTC").to_string(),
     )
 }
 
@@ -200,6 +200,13 @@ pub fn html(r: &DemoReport) -> String {
     let points = |run: &RunResult, f: fn(&world::Sample) -> f64| -> Vec<(f64, f64)> {
         run.samples.iter().map(|s| (s.t as f64, f(s))).collect()
     };
+    // Usage starts when the first pods run, not at zero before the first node is up.
+    let used = |run: &RunResult, f: fn(&world::Sample) -> f64| -> Vec<(f64, f64)> {
+        points(run, f)
+            .into_iter()
+            .skip_while(|p| p.1 <= 0.0)
+            .collect()
+    };
     let (ro, au) = (&r.recommend_only, &r.autonomous);
     let money = |v: f64| format!("${v:.1}");
     let one = |v: f64| format!("{v:.0}");
@@ -248,7 +255,7 @@ pub fn html(r: &DemoReport) -> String {
             Series {
                 label: "used",
                 color: "#2ca02c",
-                points: points(au, |s| s.cpu_used),
+                points: used(au, |s| s.cpu_used),
                 dashed: false,
             },
         ],
@@ -276,7 +283,7 @@ pub fn html(r: &DemoReport) -> String {
             Series {
                 label: "used",
                 color: "#2ca02c",
-                points: points(au, |s| s.memory_used),
+                points: used(au, |s| s.memory_used),
                 dashed: false,
             },
         ],
@@ -469,5 +476,53 @@ fn empty_run(mode: &str) -> RunResult {
         mode: mode.to_string(),
         samples: Vec::new(),
         summary: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(mode: &str, used: &[f64]) -> RunResult {
+        RunResult {
+            mode: mode.to_string(),
+            samples: used
+                .iter()
+                .enumerate()
+                .map(|(i, u)| world::Sample {
+                    t: 1_796_083_200 + 3600 * i as i64,
+                    hourly_cost: 10.0,
+                    cpu_requested: 20.0,
+                    cpu_used: *u,
+                    memory_requested: 40.0,
+                    memory_used: *u,
+                    ..Default::default()
+                })
+                .collect(),
+            summary: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_report_labels_time_in_utc_and_starts_usage_when_pods_first_run() {
+        let report = DemoReport {
+            scenario: "test".to_string(),
+            workloads: 1,
+            oom_tolerance: 1,
+            recommend_only: run("recommend-only", &[0.0, 0.0, 5.0, 6.0]),
+            autonomous: run("autonomous", &[0.0, 0.0, 5.0, 6.0]),
+        };
+        let page = html(&report);
+        assert!(page.contains("12-01 00:00 UTC"), "axes say their time zone");
+        // The green "used" line has two points (hours 2 and 3), not four from zero.
+        let mut used_lines = 0;
+        for path in page.split("<path d=\"").skip(1) {
+            let (d, rest) = path.split_once('"').expect("path");
+            if rest.starts_with(" fill=\"none\" stroke=\"#2ca02c\"") {
+                used_lines += 1;
+                assert_eq!(d.matches(" L").count(), 1, "{d}");
+            }
+        }
+        assert_eq!(used_lines, 2, "CPU and memory each draw their usage");
     }
 }
