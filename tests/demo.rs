@@ -75,10 +75,11 @@ fn autonomous_costs_less_within_the_oom_tolerance_and_the_report_has_its_charts(
         "CPU (cores): requested vs used",
         "Memory (GiB): requested vs used",
         "Recommendations applied",
+        "Pending pods, evictions and OOM kills",
     ] {
         assert!(html.contains(chart), "chart {chart:?} missing");
     }
-    assert_eq!(html.matches("<svg").count(), 5);
+    assert_eq!(html.matches("<svg").count(), 6);
 }
 
 #[test]

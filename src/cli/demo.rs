@@ -302,6 +302,34 @@ pub fn html(r: &DemoReport) -> String {
             dashed: false,
         }],
     );
+    let disruption = line_chart(
+        &Chart {
+            title: "Pending pods, evictions and OOM kills (autonomous; evictions and kills cumulative)",
+            y_format: one,
+            x_format: days_hours,
+            size: (900, 240),
+        },
+        &[
+            Series {
+                label: "pending pods",
+                color: "#ff7f0e",
+                points: points(au, |s| s.pending as f64),
+                dashed: false,
+            },
+            Series {
+                label: "pods evicted",
+                color: "#1f77b4",
+                points: points(au, |s| s.evicted as f64),
+                dashed: false,
+            },
+            Series {
+                label: "OOM kills",
+                color: "#d62728",
+                points: points(au, |s| s.oom_kills as f64),
+                dashed: false,
+            },
+        ],
+    );
     // Nodes by type: the sizes that were ever in use, one line each.
     const COLORS: [&str; 8] = [
         "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -348,7 +376,8 @@ pub fn html(r: &DemoReport) -> String {
          <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:960px}}pre{{background:#f6f6f6;padding:1em}}h2{{margin-top:1.5em}}</style></head><body>\
          <h1>Tailor demo: {}</h1><pre>{}</pre>\
          <h2>Cost over time</h2>{cost}<h2>Nodes by type</h2>{nodes}<h2>Requested vs used CPU</h2>{cpu}\
-         <h2>Requested vs used memory</h2>{memory}<h2>Recommendations applied</h2>{applied}</body></html>\n",
+         <h2>Requested vs used memory</h2>{memory}<h2>Recommendations applied</h2>{applied}\
+         <h2>Pending pods, evictions and OOM kills</h2>{disruption}</body></html>\n",
         escape(&r.scenario),
         escape(&table(r)),
     );

@@ -121,6 +121,10 @@ pub struct Sample {
     pub recommendations_applied: usize,
     /// Pending pods.
     pub pending: usize,
+    /// Pods evicted so far.
+    pub evicted: usize,
+    /// OOM kills so far.
+    pub oom_kills: u64,
 }
 
 /// What one run did.
@@ -833,6 +837,8 @@ impl World<'_> {
             memory_used: mem_used / GIB,
             recommendations_applied: self.applied,
             pending: self.pods.iter().filter(|p| p.node.is_none()).count(),
+            evicted: self.evicted,
+            oom_kills: self.ooms,
         }
     }
 }
