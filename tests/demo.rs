@@ -80,6 +80,28 @@ fn autonomous_costs_less_within_the_oom_tolerance_and_the_report_has_its_charts(
         assert!(html.contains(chart), "chart {chart:?} missing");
     }
     assert_eq!(html.matches("<svg").count(), 6);
+    // Per workload: requests before and after, why, and OOM kills and evictions.
+    assert!(
+        html.contains("<h2>Workloads (autonomous)</h2>"),
+        "per-workload table"
+    );
+    let workloads = v["autonomous"]["workloads"].as_array().expect("workloads");
+    assert_eq!(workloads.len(), f(&v["workloads"]) as usize);
+    let kills: f64 = workloads.iter().map(|w| f(&w["oomKills"])).sum();
+    assert_eq!(kills, f(&au["oomKills"]), "per-workload OOM kills add up");
+    let evictions: f64 = workloads.iter().map(|w| f(&w["evictions"])).sum();
+    assert_eq!(
+        evictions,
+        f(&au["podsEvicted"]),
+        "per-workload evictions add up"
+    );
+    for w in workloads {
+        let name = w["workload"].as_str().expect("name");
+        assert!(
+            html.contains(&format!("<td>{name}</td>")),
+            "{name} in the table"
+        );
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::{CliError, Result};
 use crate::catalog::{Catalog, CatalogOptions};
+use crate::model::quantity::{display_bytes, display_cores};
 use crate::provisioning::Mode;
 use crate::report::Table;
 use crate::report::svg::{Chart, Series, escape, line_chart};
@@ -377,10 +378,48 @@ pub fn html(r: &DemoReport) -> String {
          <h1>Tailor demo: {}</h1><pre>{}</pre>\
          <h2>Cost over time</h2>{cost}<h2>Nodes by type</h2>{nodes}<h2>Requested vs used CPU</h2>{cpu}\
          <h2>Requested vs used memory</h2>{memory}<h2>Recommendations applied</h2>{applied}\
-         <h2>Pending pods, evictions and OOM kills</h2>{disruption}</body></html>\n",
+         <h2>Pending pods, evictions and OOM kills</h2>{disruption}{}</body></html>\n",
         escape(&r.scenario),
         escape(&table(r)),
+        workload_table(au),
     );
+    out
+}
+
+/// The autonomous run per workload: requests before and after, why, and what it
+/// suffered (OOM kills and evictions are highlighted).
+fn workload_table(run: &RunResult) -> String {
+    if run.workloads.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Workloads (autonomous)</h2><table style=\"border-collapse:collapse\" border=\"1\" \
+         cellpadding=\"4\"><tr><th>Workload</th><th>Kind</th><th>CPU request</th>\
+         <th>Memory request</th><th>OOM kills</th><th>Evictions</th><th>Why</th></tr>",
+    );
+    for w in &run.workloads {
+        let hurt = w.oom_kills > 0 || w.evictions > 0;
+        let _ = write!(
+            out,
+            "<tr{}><td>{}</td><td>{}</td><td>{} &rarr; {}</td><td>{} &rarr; {}</td>\
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            if hurt {
+                " style=\"background:#fff3e0\""
+            } else {
+                ""
+            },
+            escape(&w.workload),
+            escape(&w.kind),
+            escape(&display_cores(w.cpu.0)),
+            escape(&display_cores(w.cpu.1)),
+            escape(&display_bytes(w.memory.0)),
+            escape(&display_bytes(w.memory.1)),
+            w.oom_kills,
+            w.evictions,
+            escape(&w.reasons.join("; "))
+        );
+    }
+    out.push_str("</table>");
     out
 }
 
@@ -504,6 +543,7 @@ fn empty_run(mode: &str) -> RunResult {
     RunResult {
         mode: mode.to_string(),
         samples: Vec::new(),
+        workloads: Vec::new(),
         summary: Default::default(),
     }
 }
@@ -528,6 +568,7 @@ mod tests {
                     ..Default::default()
                 })
                 .collect(),
+            workloads: Vec::new(),
             summary: Default::default(),
         }
     }

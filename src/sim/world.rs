@@ -177,6 +177,27 @@ pub struct RunSummary {
     pub spot_interruptions: u64,
 }
 
+/// What one workload went through in a run: its requests at the start and the end, the
+/// last recommendation and why, and what it suffered.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadOutcome {
+    /// `namespace/name`.
+    pub workload: String,
+    /// Deployment, StatefulSet, DaemonSet or Job.
+    pub kind: String,
+    /// CPU request at the start and the end, millicores.
+    pub cpu: (i64, i64),
+    /// Memory request at the start and the end, bytes.
+    pub memory: (i64, i64),
+    /// The last recommendation's reasons (empty before the first).
+    pub reasons: Vec<String>,
+    /// OOM kills of its pods.
+    pub oom_kills: u64,
+    /// Its pods evicted by disruption.
+    pub evictions: usize,
+}
+
 /// One run's result.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -185,6 +206,8 @@ pub struct RunResult {
     pub mode: String,
     /// Hourly samples.
     pub samples: Vec<Sample>,
+    /// Per workload, in the scenario's order.
+    pub workloads: Vec<WorkloadOutcome>,
     /// Totals.
     pub summary: RunSummary,
 }
@@ -239,6 +262,10 @@ struct World<'a> {
     /// Labels of claims launched by the provisioner, until their node registers.
     launching: BTreeMap<String, BTreeMap<String, String>>,
     histories: Vec<ContainerHistory>,
+    /// Per workload: OOM kills, evictions and the last recommendation's reasons.
+    oom_by_workload: Vec<u64>,
+    evicted_by_workload: Vec<usize>,
+    last_reasons: Vec<Vec<String>>,
     context: Context,
     now: i64,
     rounds: u64,
@@ -667,6 +694,7 @@ impl World<'_> {
             h.add_memory(self.now, mem);
             if mem > p.memory_limit as f64 {
                 self.ooms += 1;
+                self.oom_by_workload[p.workload] += 1;
                 h.add_oom_with_request(self.now, mem, p.memory as f64);
                 killed.push(p.key.clone());
             }
@@ -716,6 +744,9 @@ impl World<'_> {
             &self.context,
             self.now,
         );
+        if !oom {
+            self.last_reasons[w] = r.reasons.clone();
+        }
         let (Some(cpu), Some(memory)) = (r.recommended.cpu, r.recommended.memory) else {
             return None;
         };
@@ -880,6 +911,7 @@ impl Actuator for World<'_> {
                 p.memory = sizes.memory;
                 p.memory_limit = sizes.memory_limit;
                 self.evicted += 1;
+                self.evicted_by_workload[p.workload] += 1;
             }
         }
         ready(Ok(()))
@@ -1001,6 +1033,9 @@ pub async fn run(
             .iter()
             .map(|_| ContainerHistory::new(&settings.policy, scenario.start))
             .collect(),
+        oom_by_workload: vec![0; scenario.workloads.len()],
+        evicted_by_workload: vec![0; scenario.workloads.len()],
+        last_reasons: vec![Vec::new(); scenario.workloads.len()],
         context,
         now: scenario.start,
         rounds: 0,
@@ -1155,12 +1190,27 @@ pub async fn run(
         launches: cloud.launches(),
         spot_interruptions: world.spot_interruptions,
     };
+    let workloads = scenario
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| WorkloadOutcome {
+            workload: format!("{}/{}", w.namespace, w.name),
+            kind: w.kind.as_str().to_string(),
+            cpu: (w.cpu_request, world.sizes[i].cpu),
+            memory: (w.memory_request, world.sizes[i].memory),
+            reasons: world.last_reasons[i].clone(),
+            oom_kills: world.oom_by_workload[i],
+            evictions: world.evicted_by_workload[i],
+        })
+        .collect();
     RunResult {
         mode: match settings.mode {
             Mode::Autonomous => "autonomous".to_string(),
             Mode::RecommendOnly => "recommend-only".to_string(),
         },
         samples,
+        workloads,
         summary,
     }
 }
