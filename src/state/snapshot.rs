@@ -868,9 +868,11 @@ impl Snapshot {
 
 /// Scans a YAML text in one pass for collections nested deeper than [`MAX_YAML_DEPTH`]:
 /// block nesting from indentation and `- `/`? ` markers, flow nesting from brackets
-/// outside quoted scalars and comments. The estimate may count a level the parser would
-/// not (a bracket on a continuation line of a multi-line scalar), never misses one.
-/// Returns the 1-based line and depth of the first line too deep.
+/// outside quoted scalars and comments. Flow nesting (`[[[[...`, the cheap way to nest
+/// 100,000 levels in a small file) is counted exactly; block nesting is estimated from
+/// indentation, which may count a sequence written at its key's indentation once for two
+/// levels, but deep block nesting needs quadratically long lines, so the file size
+/// bounds it. Returns the 1-based line and depth of the first line too deep.
 fn check_depth(text: &str) -> std::result::Result<(), (usize, usize)> {
     // Indentation of the open block collections.
     let mut indents: Vec<usize> = Vec::new();
