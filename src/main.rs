@@ -28,8 +28,12 @@ fn main() -> anyhow::Result<()> {
     .context("setting up logging")?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let result = cli::run(command, &mut out);
-    out.flush().ok();
+    let result = cli::run(command, &mut out).and_then(|()| out.flush().map_err(Into::into));
     telemetry.shutdown();
-    result.map_err(anyhow::Error::from)
+    match result {
+        // The reader closed the pipe (`tailor crds | head -1`): it has what it wanted, so
+        // stop quietly and successfully, as Unix tools do.
+        Err(cli::CliError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(anyhow::Error::from),
+    }
 }

@@ -74,6 +74,17 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     on_bound(listener.local_addr()?);
+    serve_on(listener, metrics, ready, shutdown).await
+}
+
+/// Serves on a listener bound beforehand, so that a caller can report an address in use
+/// before it starts long work, until `shutdown` resolves.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    ready: Readiness,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     axum::serve(listener, router(metrics, ready))
         .with_graceful_shutdown(shutdown)
         .await

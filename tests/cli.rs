@@ -313,3 +313,158 @@ fn simulate_reports_a_broken_snapshot_with_its_document_and_field() {
         "{stderr}"
     );
 }
+
+#[test]
+fn tailor_crds_into_a_closed_pipe_stops_quietly_and_succeeds() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .arg("crds")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tailor runs");
+    // The reader goes away before reading anything, as `head -1` does after one line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("tailor ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}
+
+#[test]
+fn logs_to_a_file_carry_no_colour_codes() {
+    // Warnings (an unknown kind) go to stderr, which is a pipe here, not a terminal.
+    let (ok, _, stderr) = tailor(&["simulate", "--snapshot", &fixture_path("cluster-list.yaml")]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("ConfigMap shop/settings"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
+fn fixture_path(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn history_and_step_out_of_bounds_are_refused_before_anything_is_read() {
+    let snapshot = fixture_path("scenario.yaml");
+    for (flag, value, message) in [
+        ("--history", "0s", "--history: \"0s\": must be at least 1s"),
+        (
+            "--history",
+            "999999999d",
+            "--history: \"999999999d\": must be at most 366d",
+        ),
+        ("--history", "99999d", "must be at most 366d"),
+        (
+            "--history",
+            "9999999999999999999d",
+            "--history: \"9999999999999999999d\"",
+        ),
+        ("--step", "0s", "--step: \"0s\": must be at least 1s"),
+        ("--step", "2h", "--step: \"2h\": must be at most 1h"),
+    ] {
+        // Nothing listens on port 1: a flag that passed would fail later, differently.
+        let (ok, _, stderr) = tailor(&[
+            "recommend",
+            "--prometheus-url",
+            "http://127.0.0.1:1",
+            "--snapshot",
+            &snapshot,
+            flag,
+            value,
+        ]);
+        assert!(!ok);
+        assert!(stderr.contains(message), "{flag} {value}: {stderr}");
+        assert!(!stderr.contains("127.0.0.1:1"), "{stderr}");
+    }
+}
+
+#[test]
+fn kubeconfig_without_a_value_is_accepted_before_a_namespace_flag() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args([
+            "recommend",
+            "--prometheus-url",
+            "http://127.0.0.1:1",
+            "--kubeconfig",
+            "-n",
+            "shop",
+        ])
+        .env_remove("RUST_LOG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", home.path().join("missing-kubeconfig"))
+        .env("HOME", home.path())
+        .output()
+        .expect("tailor runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // No cluster is reachable, so it fails, but past the argument parser: looking for
+    // the kubeconfig.
+    assert!(!out.status.success());
+    assert!(!stderr.contains("a value is required"), "{stderr}");
+    assert!(!stderr.contains("Usage:"), "{stderr}");
+}
+
+#[test]
+fn an_address_in_use_for_serve_is_refused_before_the_demo_runs() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("address").to_string();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = dir.path().join("demo.html");
+    let (ok, _, stderr) = tailor(&[
+        "demo",
+        "--days",
+        "1",
+        "--serve",
+        &addr,
+        "--report",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!("--serve: cannot listen on {addr}")),
+        "{stderr}"
+    );
+    // Refused before the run: no progress and no report.
+    assert!(!stderr.contains("virtual days"), "{stderr}");
+    assert!(!report.exists());
+}
+
+#[test]
+fn an_empty_zone_list_is_refused_naming_the_zone() {
+    let (ok, _, stderr) = tailor(&["catalog", "--zones", ""]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("zone \"\": a zone name must not be empty"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn figures_of_an_empty_cluster_are_zero_never_negative_zero() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("one-node.yaml");
+    std::fs::write(
+        &snapshot,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {kubernetes.io/arch: amd64}}\n\
+         status: {allocatable: {cpu: '2', memory: 4Gi, pods: '110'}}\n",
+    )
+    .expect("write");
+    let path = snapshot.to_str().expect("utf-8");
+    for args in [
+        vec!["simulate", "--disruption", "--snapshot", path, "-o", "json"],
+        vec!["simulate", "--disruption", "--snapshot", path],
+        vec!["simulate", "--snapshot", path, "-o", "json"],
+        vec!["simulate", "--snapshot", path],
+    ] {
+        let (ok, stdout, stderr) = tailor(&args);
+        assert!(ok, "{stderr}");
+        assert!(!stdout.contains("-0.0"), "{args:?}:\n{stdout}");
+        assert!(!stdout.contains("$-0"), "{args:?}:\n{stdout}");
+    }
+}

@@ -9,8 +9,8 @@ mod bin;
 
 use apiserver::{Fake, FakeApiServer, objects_from_yaml};
 use bin::tailor;
-use tailor::state::Snapshot;
 use tailor::state::cluster::{self, Kind};
+use tailor::state::{PendingPods, Snapshot};
 
 const OBJECTS: &str = "
 apiVersion: tailor.sh/v1alpha1
@@ -140,9 +140,15 @@ async fn objects_listed_page_by_page_make_the_same_snapshot_as_the_file() {
         .await
         .expect("client from the kubeconfig");
     assert_eq!(url, server.url);
-    let listed = cluster::read(&client, &url, &[], cluster::RIGHTSIZING)
-        .await
-        .expect("cluster read");
+    let listed = cluster::read(
+        &client,
+        &url,
+        &[],
+        cluster::RIGHTSIZING,
+        PendingPods::Expand,
+    )
+    .await
+    .expect("cluster read");
     let file = Snapshot::from_yaml("objects.yaml", OBJECTS).expect("file parses");
     assert_eq!(names(&listed), names(&file));
     assert_eq!(listed.pods, file.pods);
@@ -169,9 +175,15 @@ async fn a_namespace_filter_lists_only_those_namespaces() {
     let (client, url) = cluster::client(Some(&server.kubeconfig(dir.path())), None)
         .await
         .expect("client");
-    let listed = cluster::read(&client, &url, &["ops".to_string()], &[Kind::Pod])
-        .await
-        .expect("cluster read");
+    let listed = cluster::read(
+        &client,
+        &url,
+        &["ops".to_string()],
+        &[Kind::Pod],
+        PendingPods::Expand,
+    )
+    .await
+    .expect("cluster read");
     assert_eq!(listed.pods.len(), 1);
     assert_eq!(listed.pods[0].metadata.name.as_deref(), Some("tool"));
     assert!(
@@ -194,9 +206,15 @@ async fn missing_crds_read_as_none_with_a_warning() {
     let (client, url) = cluster::client(Some(&server.kubeconfig(dir.path())), None)
         .await
         .expect("client");
-    let listed = cluster::read(&client, &url, &[], cluster::RIGHTSIZING)
-        .await
-        .expect("a read without the CRDs still works");
+    let listed = cluster::read(
+        &client,
+        &url,
+        &[],
+        cluster::RIGHTSIZING,
+        PendingPods::Expand,
+    )
+    .await
+    .expect("a read without the CRDs still works");
     assert!(listed.rightsizing_policies.is_empty());
     assert_eq!(listed.deployments.len(), 1);
     assert!(
@@ -222,10 +240,16 @@ async fn an_invalid_object_from_the_cluster_is_named_with_its_field() {
     let (client, url) = cluster::client(Some(&server.kubeconfig(dir.path())), None)
         .await
         .expect("client");
-    let err = cluster::read(&client, &url, &[], cluster::RIGHTSIZING)
-        .await
-        .expect_err("a bad quantity is refused")
-        .to_string();
+    let err = cluster::read(
+        &client,
+        &url,
+        &[],
+        cluster::RIGHTSIZING,
+        PendingPods::Expand,
+    )
+    .await
+    .expect_err("a bad quantity is refused")
+    .to_string();
     assert!(
         err.contains("Pod ops/tool") && err.contains("lots") && err.contains(&server.url),
         "{err}"

@@ -39,6 +39,16 @@ fn autonomous_costs_less_within_the_oom_tolerance_and_the_report_has_its_charts(
         "right-sizing applied"
     );
     assert!(f(&au["recommendations"]) > 0.0 && f(&au["decisions"]) > 0.0);
+    // Realised consolidation savings add up: never more than the whole difference in
+    // spend between the runs, and nothing realised where nothing was carried out.
+    let realised = f(&au["consolidationRealisedSavings"]);
+    assert!(realised > 0.0, "{au}");
+    assert!(
+        realised <= f(&ro["totalCost"]) - f(&au["totalCost"]),
+        "realised {realised} vs spend difference {}",
+        f(&ro["totalCost"]) - f(&au["totalCost"])
+    );
+    assert_eq!(f(&ro["consolidationRealisedSavings"]), 0.0);
     assert_eq!(
         f(&ro["podsEvicted"]),
         0.0,
@@ -65,10 +75,33 @@ fn autonomous_costs_less_within_the_oom_tolerance_and_the_report_has_its_charts(
         "CPU (cores): requested vs used",
         "Memory (GiB): requested vs used",
         "Recommendations applied",
+        "Pending pods, evictions and OOM kills",
     ] {
         assert!(html.contains(chart), "chart {chart:?} missing");
     }
-    assert_eq!(html.matches("<svg").count(), 5);
+    assert_eq!(html.matches("<svg").count(), 6);
+    // Per workload: requests before and after, why, and OOM kills and evictions.
+    assert!(
+        html.contains("<h2>Workloads (autonomous)</h2>"),
+        "per-workload table"
+    );
+    let workloads = v["autonomous"]["workloads"].as_array().expect("workloads");
+    assert_eq!(workloads.len(), f(&v["workloads"]) as usize);
+    let kills: f64 = workloads.iter().map(|w| f(&w["oomKills"])).sum();
+    assert_eq!(kills, f(&au["oomKills"]), "per-workload OOM kills add up");
+    let evictions: f64 = workloads.iter().map(|w| f(&w["evictions"])).sum();
+    assert_eq!(
+        evictions,
+        f(&au["podsEvicted"]),
+        "per-workload evictions add up"
+    );
+    for w in workloads {
+        let name = w["workload"].as_str().expect("name");
+        assert!(
+            html.contains(&format!("<td>{name}</td>")),
+            "{name} in the table"
+        );
+    }
 }
 
 #[test]

@@ -736,3 +736,281 @@ async fn recommend_from_a_live_cluster_agrees_with_the_same_objects_in_a_file() 
             .any(|r| r.starts_with("/apis/tailor.sh/v1alpha1/rightsizingpolicies"))
     );
 }
+
+/// What the fake Prometheus answers to a request.
+enum Answer {
+    /// A whole answer with this content type.
+    Full(&'static str, String),
+    /// A JSON answer that never ends.
+    Endless,
+    /// Nothing, ever.
+    Silent,
+}
+
+/// A server on a loopback port that answers each request by its path; returns its URL.
+async fn fake_prometheus(answer: impl Fn(&str) -> Answer + Send + Sync + 'static) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let answer = std::sync::Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 8192];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let path = String::from_utf8_lossy(&head)
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("")
+                    .to_string();
+                match answer(&path) {
+                    Answer::Full(content_type, body) => {
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = socket.write_all(reply.as_bytes()).await;
+                    }
+                    Answer::Endless => {
+                        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"status\":\"success\",\"data\":[";
+                        let _ = socket.write_all(head.as_bytes()).await;
+                        let chunk = "{\"pod\":\"p\"},".repeat(10_000);
+                        while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+                    }
+                    Answer::Silent => tokio::time::sleep(Duration::from_secs(3600)).await,
+                }
+            });
+        }
+    });
+    url
+}
+
+fn hour_query() -> UsageQuery {
+    UsageQuery {
+        namespaces: Vec::new(),
+        start: 1_800_000_000,
+        end: 1_800_003_600,
+        step: 60,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_html_answer_is_named_as_html_not_the_prometheus_api() {
+    let url = fake_prometheus(|_| {
+        Answer::Full(
+            "text/html; charset=utf-8",
+            "<!doctype html><html><body>Sign in</body></html>".to_string(),
+        )
+    })
+    .await;
+    let source = PrometheusSource::new(PrometheusSettings::new(&url)).expect("source builds");
+    let err = source
+        .usage(&hour_query())
+        .await
+        .expect_err("HTML is no answer");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("the answer is HTML, not the Prometheus API") && msg.contains(&url),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_answer_is_cut_at_the_size_cap_and_reported() {
+    let url = fake_prometheus(|_| Answer::Endless).await;
+    let mut settings = PrometheusSettings::new(&url);
+    settings.max_response_bytes = 1 << 20;
+    let source = PrometheusSource::new(settings).expect("source builds");
+    let err = source.usage(&hour_query()).await.expect_err("too large");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("larger than the 1048576 bytes read at most"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_is_reported_as_a_timeout_with_its_length() {
+    let url = fake_prometheus(|_| Answer::Silent).await;
+    let mut settings = PrometheusSettings::new(&url);
+    settings.timeout = Duration::from_secs(1);
+    settings.retries = 1;
+    let source = PrometheusSource::new(settings).expect("source builds");
+    let err = source.usage(&hour_query()).await.expect_err("no answer");
+    assert!(matches!(err, UsageError::Unavailable { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("timed out after 1 s") && msg.contains("tried 2 times"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn implausible_samples_are_dropped_and_counted() {
+    let q = hour_query();
+    let t = q.end;
+    let url = fake_prometheus(move |path| {
+        let labels = r#"{"namespace":"shop","pod":"web-1","container":"app"}"#;
+        let body = if path.ends_with("/series") {
+            format!(r#"{{"status":"success","data":[{labels}]}}"#)
+        } else {
+            // NaN, infinity, a negative, an absurd value and one real sample.
+            format!(
+                r#"{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{labels},"values":[[{},"NaN"],[{},"+Inf"],[{},"-1"],[{},"1e308"],[{t},"0.5"]]}}]}}}}"#,
+                t - 4,
+                t - 3,
+                t - 2,
+                t - 1
+            )
+        };
+        Answer::Full("application/json", body)
+    })
+    .await;
+    let source = PrometheusSource::new(PrometheusSettings::new(&url)).expect("source builds");
+    let mut usage = tailor::usage::Usage::default();
+    let stats = source.read(&q, &mut usage).await.expect("reads");
+    // CPU and memory drop four of five samples each; OOM kills only the non-finite two.
+    assert_eq!(stats.rejected_samples, 4 + 4 + 2, "{stats:?}");
+    let app = &usage.containers[&key("shop", "web-1", "app")];
+    assert_eq!(app.cpu, vec![(t, 0.5)]);
+    assert_eq!(app.memory, vec![(t - 3600, 0.5)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recommend_fails_with_what_to_check_when_nothing_matches_and_names_containers_without_usage()
+ {
+    let f = fixture();
+    let server = start_prometheus(&f.openmetrics).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("cluster.yaml");
+    // The web pods also run a proxy sidecar that Prometheus has no series for.
+    let with_sidecar = SNAPSHOT.replace(
+        "      - name: app\n",
+        "      - {name: proxy, image: envoy, resources: {requests: {cpu: 100m}}}\n      - name: app\n",
+    );
+    std::fs::write(&snapshot, &with_sidecar).expect("write snapshot");
+    let now = jiff::Timestamp::from_second(f.end)
+        .expect("valid")
+        .to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "recommend".to_string(),
+            "--prometheus-url".to_string(),
+            server.url.clone(),
+            "--snapshot".to_string(),
+            snapshot.to_string_lossy().into_owned(),
+            "--history".to_string(),
+            "2d".to_string(),
+            "--now".to_string(),
+            now.clone(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        std::thread::spawn(move || {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            tailor(&refs)
+        })
+    };
+    let (ok, stdout, stderr) = run(&["-o", "json"]).join().expect("joined");
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    assert_eq!(
+        report["summary"]["containersWithoutUsage"],
+        serde_json::json!([{"namespace": "shop", "workload": {"kind": "StatefulSet", "name": "web"}, "container": "proxy"}])
+    );
+    assert!(stderr.contains("shop/StatefulSet/web/proxy"), "{stderr}");
+
+    // A pod label no series carries: nothing matches, and the message says what to check.
+    let (ok, stdout, stderr) = run(&["--prometheus-pod-label", "pod_name"])
+        .join()
+        .expect("joined");
+    assert!(!ok && stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("nothing to report")
+            && stderr.contains("--prometheus-pod-label \"pod_name\"")
+            && stderr.contains("shop/StatefulSet/web/app"),
+        "{stderr}"
+    );
+
+    // A namespace the snapshot does not have.
+    let (ok, _, stderr) = run(&["-n", "nowhere"]).join().expect("joined");
+    assert!(!ok);
+    assert!(
+        stderr.contains("no workload in namespace(s) nowhere: check --namespace")
+            && stderr.contains("batch, shop"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_would_take_too_many_queries_is_refused_before_the_first() {
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = requests.clone();
+    let url = fake_prometheus(move |path| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            path.ends_with("/series"),
+            "only the series lookup is sent: {path}"
+        );
+        Answer::Full(
+            "application/json",
+            r#"{"status":"success","data":[{"namespace":"shop","pod":"web-1","container":"app"}]}"#
+                .to_string(),
+        )
+    })
+    .await;
+    let source = PrometheusSource::new(PrometheusSettings::new(&url)).expect("source builds");
+    // A year at a one-second step: one container alone needs about 2,900 CPU queries.
+    let end = 1_800_000_000;
+    let query = UsageQuery {
+        namespaces: Vec::new(),
+        start: end - 366 * DAY,
+        end,
+        step: 1,
+    };
+    let mut usage = tailor::usage::Usage::default();
+    let err = source
+        .read(&query, &mut usage)
+        .await
+        .expect_err("too many queries");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("more than the 2000 one read may issue"),
+        "{msg}"
+    );
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[test]
+fn windows_and_steps_out_of_bounds_are_refused() {
+    let ok = UsageQuery {
+        namespaces: Vec::new(),
+        start: 0,
+        end: 14 * DAY,
+        step: 300,
+    };
+    assert!(ok.check().is_ok());
+    for (start, end, step, message) in [
+        (0, 0, 300, "is empty"),
+        (0, 367 * DAY, 300, "longer than"),
+        (0, DAY, 0, "step 0s is outside"),
+        (0, DAY, 7200, "step 7200s is outside"),
+    ] {
+        let q = UsageQuery {
+            start,
+            end,
+            step,
+            ..ok.clone()
+        };
+        let err = q.check().expect_err("out of bounds");
+        assert!(err.to_string().contains(message), "{err}");
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tailor::state::{Snapshot, SnapshotError};
+use tailor::state::{MAX_PODS_PER_SNAPSHOT, MAX_YAML_DEPTH, PendingPods, Snapshot, SnapshotError};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -144,6 +144,182 @@ fn a_nodepool_with_a_bad_limit_is_rejected() {
     );
     assert!(
         msg.contains("NodePool default") && msg.contains("spec.limits") && msg.contains("\"10x\""),
+        "{msg}"
+    );
+}
+
+fn workload(kind: &str, name: &str, count_field: &str, count: i64) -> String {
+    let api = if kind == "Job" { "batch/v1" } else { "apps/v1" };
+    format!(
+        "apiVersion: {api}\nkind: {kind}\nmetadata: {{name: {name}, namespace: shop}}\n\
+         spec:\n  {count_field}: {count}\n  selector: {{matchLabels: {{app: {name}}}}}\n  \
+         template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      \
+         containers: [{{name: app, image: app, resources: {{requests: {{cpu: 100m}}}}}}]\n"
+    )
+}
+
+#[test]
+fn workloads_asking_for_more_pods_than_a_snapshot_may_hold_are_refused_before_expansion() {
+    for (kind, field, count) in [
+        ("Deployment", "replicas", 2_147_483_647),
+        ("StatefulSet", "replicas", 100_000_000),
+        ("Job", "parallelism", 2_000_000_000),
+    ] {
+        let err = Snapshot::from_yaml("huge.yaml", &workload(kind, "huge", field, count))
+            .expect_err("more pods than a snapshot may hold");
+        assert!(matches!(err, SnapshotError::TooManyPods { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(&format!("{kind} shop/huge")), "{msg}");
+        assert!(msg.contains(&format!("spec.{field}")), "{msg}");
+        assert!(msg.contains(&count.to_string()), "{msg}");
+        assert!(msg.contains(&MAX_PODS_PER_SNAPSHOT.to_string()), "{msg}");
+    }
+    // Many workloads that each fit are refused together once they cross the bound.
+    let half = (MAX_PODS_PER_SNAPSHOT / 2 + 1) as i64;
+    let text = format!(
+        "{}---\n{}",
+        workload("Deployment", "a", "replicas", half),
+        workload("Deployment", "b", "replicas", half)
+    );
+    let err = Snapshot::from_yaml("two.yaml", &text).expect_err("the sum is too large");
+    assert!(err.to_string().contains("Deployment shop/b"), "{err}");
+}
+
+#[test]
+fn loading_without_pending_pods_keeps_a_huge_workload_as_a_template_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("huge.yaml");
+    std::fs::write(
+        &path,
+        workload("Deployment", "huge", "replicas", 2_147_483_647),
+    )
+    .expect("write");
+    let s = Snapshot::load_with(std::slice::from_ref(&path), PendingPods::Skip).expect("loads");
+    assert_eq!(s.deployments.len(), 1);
+    assert!(s.pods.is_empty());
+    // The same file with expansion is refused, not expanded.
+    assert!(Snapshot::load_with(&[path], PendingPods::Expand).is_err());
+}
+
+#[test]
+fn negative_counts_are_refused_as_the_api_server_does() {
+    for (kind, field) in [
+        ("Deployment", "replicas"),
+        ("StatefulSet", "replicas"),
+        ("ReplicaSet", "replicas"),
+        ("Job", "parallelism"),
+        ("Job", "completions"),
+    ] {
+        let msg = load_err(&workload(kind, "web", field, -5));
+        assert!(
+            msg.contains(&format!("{kind} shop/web"))
+                && msg.contains(&format!(
+                    "field spec.{field}: Invalid value: -5: must be greater than or equal to 0"
+                )),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn deeply_nested_yaml_is_refused_before_parsing() {
+    let depth = 100_000;
+    let flow = format!("key: {}{}\n", "[".repeat(depth), "]".repeat(depth));
+    let block = format!("{}x\n", "- ".repeat(depth));
+    let mapping = format!("key: {}", "{a: ".repeat(depth));
+    for text in [flow, block, mapping] {
+        let started = std::time::Instant::now();
+        let err = Snapshot::from_yaml("deep.yaml", &text).expect_err("too deep");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("deep.yaml")
+                && msg.contains("at line 1")
+                && msg.contains(&format!("more than the {MAX_YAML_DEPTH} levels")),
+            "{msg}"
+        );
+        // Not a timing assertion on the result: a parse of this depth takes tens of
+        // seconds, the scan a few milliseconds; allow any machine a wide margin.
+        assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    }
+    // Nesting to the bound, quoted brackets and brackets in comments are not counted
+    // against it.
+    let ok = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, annotations: {{a: \"[[[[{}\"}}}}  # {}\n",
+        "[".repeat(500),
+        "{".repeat(500)
+    );
+    Snapshot::from_yaml("ok.yaml", &ok).expect("brackets in strings and comments are fine");
+}
+
+#[test]
+fn an_empty_file_dev_null_or_an_empty_directory_is_an_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "# only a comment\n---\n").expect("write");
+    let err = Snapshot::load(std::slice::from_ref(&empty)).expect_err("no objects");
+    assert!(matches!(err, SnapshotError::Empty { .. }), "{err}");
+    assert!(
+        err.to_string().contains("empty.yaml: no YAML document"),
+        "{err}"
+    );
+    let err = Snapshot::load(&[PathBuf::from("/dev/null")]).expect_err("no objects");
+    assert!(err.to_string().contains("/dev/null"), "{err}");
+    let nothing = dir.path().join("nothing");
+    std::fs::create_dir(&nothing).expect("mkdir");
+    std::fs::write(nothing.join("notes.txt"), "not yaml").expect("write");
+    let err = Snapshot::load(&[nothing]).expect_err("no YAML files");
+    assert!(
+        err.to_string()
+            .contains("no .yaml or .yml file in this directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_objects_are_refused_with_the_api_servers_message_naming_object_field_and_value() {
+    let cases = [
+        (
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: shop}\n\
+             spec: {maxUnavailable: -1, selector: {matchLabels: {app: web}}}\n",
+            "PodDisruptionBudget shop/web): field spec.maxUnavailable: Invalid value: -1: must be greater than or equal to 0",
+        ),
+        (
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: shop}\n\
+             spec: {minAvailable: '150%'}\n",
+            "field spec.minAvailable: Invalid value: \"150%\": must not be greater than 100%",
+        ),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: shop}\nspec:\n  containers:\n  \
+             - name: a\n    image: a\n    ports: [{containerPort: 80, hostPort: 999999}]\n",
+            "Pod shop/web): field spec.containers[0].ports[0].hostPort: Invalid value: 999999: must be between 1 and 65535, inclusive",
+        ),
+        (
+            "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {name: default}\n\
+             spec: {maxPods: 0}\n",
+            "AKSNodeClass default): field spec.maxPods: Invalid value: 0: spec.maxPods in body should be greater than or equal to 10",
+        ),
+        (
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    \
+             spec:\n      requirements: []\n      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n  \
+             disruption:\n    budgets: [{nodes: '10%', schedule: '0 9 * *', duration: 8h}]\n",
+            "NodePool default): field spec.disruption.budgets[0].schedule: Invalid value: \"0 9 * *\": spec.disruption.budgets[0].schedule in body should match",
+        ),
+    ];
+    for (text, expected) in cases {
+        let msg = load_err(text);
+        assert!(msg.contains(expected), "{msg}\nexpected: {expected}");
+    }
+    // A template's ports are checked too, under the template's path.
+    let mut deployment = workload("Deployment", "web", "replicas", 1);
+    deployment = deployment.replace(
+        "resources: {requests: {cpu: 100m}}",
+        "ports: [{containerPort: 0}]",
+    );
+    let msg = load_err(&deployment);
+    assert!(
+        msg.contains(
+            "field spec.template.spec.containers[0].ports[0].containerPort: Invalid value: 0"
+        ),
         "{msg}"
     );
 }

@@ -26,6 +26,7 @@ pub mod nodeclaim;
 pub mod nodepool;
 pub mod recommendation;
 pub mod rightsizingpolicy;
+pub mod schema;
 
 pub use aksnodeclass::{
     AKSNodeClass, AKSNodeClassSpec, AKSNodeClassStatus, CpuManagerPolicy, FipsMode, ImageFamily,

@@ -56,6 +56,27 @@ pub enum CatalogError {
         /// The cell as written.
         value: String,
     },
+    /// A size, or a size's price in a region, is listed twice; which row should win is
+    /// not for Tailor to guess.
+    #[error("{file} line {line}: {what} is listed again (first at line {first}); keep one row")]
+    Duplicate {
+        /// Which file.
+        file: String,
+        /// 1-based line of the second row.
+        line: u64,
+        /// 1-based line of the first row.
+        first: u64,
+        /// The size, or the region and size.
+        what: String,
+    },
+    /// A zone name is not usable.
+    #[error("zone {zone:?}: {reason}")]
+    BadZone {
+        /// The zone as given.
+        zone: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// The region has no prices at all.
     #[error(
         "region {region:?} has no prices in the {source_name} catalog (known regions: {known})"
@@ -171,9 +192,10 @@ impl Catalog {
     }
 
     /// The on-demand list price of a size in a region, if published and non-zero.
+    /// Region names match case-insensitively (`EastUS` is `eastus`).
     pub fn price(&self, region: &str, size: &str) -> Option<f64> {
         self.prices
-            .get(region)
+            .get(&region.to_ascii_lowercase())
             .and_then(|p| p.get(size))
             .copied()
             .filter(|p| *p > 0.0)
@@ -189,7 +211,10 @@ impl Catalog {
         if !(0.0..1.0).contains(&options.spot_discount) {
             return Err(CatalogError::BadSpotDiscount(options.spot_discount));
         }
-        let Some(prices) = self.prices.get(&options.region) else {
+        // Azure's region names are lower-case ids; `EastUS` as the portal shows it means
+        // the same region.
+        let region = options.region.to_ascii_lowercase();
+        let Some(prices) = self.prices.get(&region) else {
             return Err(CatalogError::UnknownRegion {
                 region: options.region.clone(),
                 source_name: self.source.clone(),
@@ -197,10 +222,24 @@ impl Catalog {
             });
         };
         let zones: Vec<String> = if options.zones.is_empty() {
-            (1..=3).map(|n| format!("{}-{n}", options.region)).collect()
+            (1..=3).map(|n| format!("{region}-{n}")).collect()
         } else {
             options.zones.clone()
         };
+        for (i, zone) in zones.iter().enumerate() {
+            if zone.trim().is_empty() {
+                return Err(CatalogError::BadZone {
+                    zone: zone.clone(),
+                    reason: "a zone name must not be empty (e.g. eastus-1)",
+                });
+            }
+            if zones[..i].contains(zone) {
+                return Err(CatalogError::BadZone {
+                    zone: zone.clone(),
+                    reason: "the zone is given twice",
+                });
+            }
+        }
         let mut out = Vec::new();
         for entry in &self.skus {
             if !admissible(entry) {
@@ -230,7 +269,7 @@ impl Catalog {
             }
             out.push(InstanceType::new(
                 entry.sku.clone(),
-                &options.region,
+                &region,
                 offerings,
                 &options.node,
             ));
@@ -242,7 +281,7 @@ impl Catalog {
 
 /// Rounds a derived price to the catalog's six decimals.
 fn round_price(p: f64) -> f64 {
-    (p * 1e6).round() / 1e6
+    crate::model::quantity::round_to(p, 6)
 }
 
 fn admissible(entry: &CatalogSku) -> bool {
@@ -296,6 +335,30 @@ impl Columns {
     }
 }
 
+impl Columns {
+    /// Records where `key` was first seen; a second row for it is an error.
+    fn first_time(
+        &self,
+        seen: &mut BTreeMap<String, u64>,
+        record: &csv::StringRecord,
+        key: String,
+    ) -> Result<()> {
+        let line = record.position().map_or(0, |p| p.line());
+        match seen.get(&key) {
+            Some(&first) => Err(CatalogError::Duplicate {
+                file: self.file.clone(),
+                line,
+                first,
+                what: key,
+            }),
+            None => {
+                seen.insert(key, line);
+                Ok(())
+            }
+        }
+    }
+}
+
 fn reader(text: &str) -> csv::Reader<&[u8]> {
     csv::ReaderBuilder::new()
         .comment(Some(b'#'))
@@ -333,6 +396,7 @@ fn parse_skus(file: &str, text: &str) -> Result<Vec<CatalogSku>> {
     let aks_r_i = cols.index.get("aks_restricted").copied();
     let karp_r_i = cols.index.get("karpenter_restricted").copied();
     let mut out = Vec::new();
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
     for rec in rdr.records() {
         let rec = rec.map_err(csv_err)?;
         let cell = |i: usize| rec.get(i).unwrap_or("").trim();
@@ -340,6 +404,7 @@ fn parse_skus(file: &str, text: &str) -> Result<Vec<CatalogSku>> {
         if name.is_empty() {
             return Err(cols.bad(&rec, "name", name));
         }
+        cols.first_time(&mut seen, &rec, name.to_string())?;
         let (vcpus, memory) = (cell(vcpus_i), cell(mem_i));
         if vcpus.is_empty() || memory.is_empty() {
             continue; // size without published capacity: never offered
@@ -396,6 +461,7 @@ fn parse_prices(file: &str, text: &str) -> Result<BTreeMap<String, BTreeMap<Stri
     let price_i = cols.require("price_on_demand_usd_per_hour")?;
     let kind_i = cols.index.get("sku_kind").copied();
     let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
     for rec in rdr.records() {
         let rec = rec.map_err(csv_err)?;
         let cell = |i: usize| rec.get(i).unwrap_or("").trim();
@@ -409,9 +475,12 @@ fn parse_prices(file: &str, text: &str) -> Result<BTreeMap<String, BTreeMap<Stri
             .ok()
             .filter(|p: &f64| p.is_finite() && *p >= 0.0)
             .ok_or_else(|| cols.bad(&rec, "price_on_demand_usd_per_hour", raw))?;
-        out.entry(cell(region_i).to_string())
+        let region = cell(region_i).to_ascii_lowercase();
+        let sku = cell(sku_i);
+        cols.first_time(&mut seen, &rec, format!("{sku} in {region}"))?;
+        out.entry(region)
             .or_default()
-            .insert(cell(sku_i).to_string(), price);
+            .insert(sku.to_string(), price);
     }
     Ok(out)
 }
@@ -421,6 +490,59 @@ mod tests {
     use super::*;
     use crate::model::Requirements;
     use crate::model::requirements::Requirement;
+
+    const SKUS: &str = "name,vcpus,memory_gib\nStandard_D2s_v5,2,8\nStandard_D4s_v5,4,16\n";
+    const PRICES: &str = "region,sku,price_on_demand_usd_per_hour\neastus,Standard_D2s_v5,0.096\n\
+                          eastus,Standard_D4s_v5,0.192\n";
+
+    #[test]
+    fn a_size_or_a_price_listed_twice_is_an_error_naming_both_lines() {
+        let skus = format!("{SKUS}Standard_D2s_v5,2,16\n");
+        let err = Catalog::from_csv("cat", &skus, PRICES).expect_err("duplicate size");
+        assert_eq!(
+            err.to_string(),
+            "cat/skus.csv line 4: Standard_D2s_v5 is listed again (first at line 2); keep one row"
+        );
+        let prices = format!("{PRICES}EastUS,Standard_D4s_v5,0.5\n");
+        let err = Catalog::from_csv("cat", SKUS, &prices).expect_err("duplicate price");
+        assert_eq!(
+            err.to_string(),
+            "cat/prices.csv line 4: Standard_D4s_v5 in eastus is listed again (first at line 3); keep one row"
+        );
+    }
+
+    #[test]
+    fn region_names_match_whatever_their_case() {
+        let catalog = Catalog::from_csv("cat", SKUS, PRICES).expect("parses");
+        let types = catalog
+            .instance_types(&CatalogOptions::for_region("EastUS"))
+            .expect("EastUS is eastus");
+        assert_eq!(types.len(), 2);
+        assert_eq!(types[0].offerings[0].zone, "eastus-1");
+        assert_eq!(catalog.price("EASTUS", "Standard_D2s_v5"), Some(0.096));
+    }
+
+    #[test]
+    fn an_empty_or_repeated_zone_is_refused() {
+        let catalog = Catalog::from_csv("cat", SKUS, PRICES).expect("parses");
+        for (zones, message) in [
+            (
+                vec![String::new()],
+                "zone \"\": a zone name must not be empty (e.g. eastus-1)",
+            ),
+            (
+                vec!["eastus-1".to_string(), "eastus-1".to_string()],
+                "zone \"eastus-1\": the zone is given twice",
+            ),
+        ] {
+            let options = CatalogOptions {
+                zones,
+                ..CatalogOptions::for_region("eastus")
+            };
+            let err = catalog.instance_types(&options).expect_err("bad zones");
+            assert_eq!(err.to_string(), message);
+        }
+    }
 
     #[test]
     fn builtin_catalog_covers_d_e_f_in_both_architectures_and_two_regions() {

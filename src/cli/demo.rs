@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::{CliError, Result};
 use crate::catalog::{Catalog, CatalogOptions};
+use crate::model::quantity::{display_bytes, display_cores};
 use crate::provisioning::Mode;
 use crate::report::Table;
 use crate::report::svg::{Chart, Series, escape, line_chart};
@@ -63,7 +64,7 @@ pub struct DemoReport {
 fn days_hours(t: f64) -> String {
     jiff::Timestamp::from_second(t as i64).map_or_else(
         |_| format!("{t:.0}"),
-        |ts| ts.strftime("%m-%d %H:%M").to_string(),
+        |ts| ts.strftime("%m-%d %H:%M UTC").to_string(),
     )
 }
 
@@ -122,9 +123,9 @@ pub fn table(r: &DemoReport) -> String {
     );
     row(
         &mut t,
-        "consolidation saving ($/hour)",
-        format!("{:.2} available", a.consolidation_savings_per_hour),
-        format!("{:.2}", b.consolidation_savings_per_hour),
+        "consolidation saving ($)",
+        format!("{:.2}/hour available", a.consolidation_savings_per_hour),
+        format!("{:.0} realised", b.consolidation_realised_savings),
     );
     row(
         &mut t,
@@ -174,7 +175,8 @@ pub fn table(r: &DemoReport) -> String {
     let _ = writeln!(
         out,
         "\nautonomous spent ${saved:.0} less over the run ({:.0}%), ending at ${:.2}/hour instead of ${:.2}.\n\
-         right-sizing: requests worth ${:.2}/hour less at the end; consolidation: {} decisions saving ${:.2}/hour as they were taken.\n\
+         right-sizing: requests worth ${:.2}/hour less at the end; consolidation: {} decisions realised ${:.0} \
+         (a saving counts until provisioning buys the capacity again).\n\
          OOM kills {} against {} (tolerance +{}); {} pods evicted.",
         if a.total_cost > 0.0 {
             saved / a.total_cost * 100.0
@@ -185,7 +187,7 @@ pub fn table(r: &DemoReport) -> String {
         a.hourly_cost_end,
         a.requests_value_per_hour - b.requests_value_per_hour,
         b.decisions,
-        b.consolidation_savings_per_hour,
+        b.consolidation_realised_savings,
         b.oom_kills,
         a.oom_kills,
         r.oom_tolerance,
@@ -198,6 +200,13 @@ pub fn table(r: &DemoReport) -> String {
 pub fn html(r: &DemoReport) -> String {
     let points = |run: &RunResult, f: fn(&world::Sample) -> f64| -> Vec<(f64, f64)> {
         run.samples.iter().map(|s| (s.t as f64, f(s))).collect()
+    };
+    // Usage starts when the first pods run, not at zero before the first node is up.
+    let used = |run: &RunResult, f: fn(&world::Sample) -> f64| -> Vec<(f64, f64)> {
+        points(run, f)
+            .into_iter()
+            .skip_while(|p| p.1 <= 0.0)
+            .collect()
     };
     let (ro, au) = (&r.recommend_only, &r.autonomous);
     let money = |v: f64| format!("${v:.1}");
@@ -247,7 +256,7 @@ pub fn html(r: &DemoReport) -> String {
             Series {
                 label: "used",
                 color: "#2ca02c",
-                points: points(au, |s| s.cpu_used),
+                points: used(au, |s| s.cpu_used),
                 dashed: false,
             },
         ],
@@ -275,7 +284,7 @@ pub fn html(r: &DemoReport) -> String {
             Series {
                 label: "used",
                 color: "#2ca02c",
-                points: points(au, |s| s.memory_used),
+                points: used(au, |s| s.memory_used),
                 dashed: false,
             },
         ],
@@ -293,6 +302,34 @@ pub fn html(r: &DemoReport) -> String {
             points: points(au, |s| s.recommendations_applied as f64),
             dashed: false,
         }],
+    );
+    let disruption = line_chart(
+        &Chart {
+            title: "Pending pods, evictions and OOM kills (autonomous; evictions and kills cumulative)",
+            y_format: one,
+            x_format: days_hours,
+            size: (900, 240),
+        },
+        &[
+            Series {
+                label: "pending pods",
+                color: "#ff7f0e",
+                points: points(au, |s| s.pending as f64),
+                dashed: false,
+            },
+            Series {
+                label: "pods evicted",
+                color: "#1f77b4",
+                points: points(au, |s| s.evicted as f64),
+                dashed: false,
+            },
+            Series {
+                label: "OOM kills",
+                color: "#d62728",
+                points: points(au, |s| s.oom_kills as f64),
+                dashed: false,
+            },
+        ],
     );
     // Nodes by type: the sizes that were ever in use, one line each.
     const COLORS: [&str; 8] = [
@@ -340,10 +377,49 @@ pub fn html(r: &DemoReport) -> String {
          <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:960px}}pre{{background:#f6f6f6;padding:1em}}h2{{margin-top:1.5em}}</style></head><body>\
          <h1>Tailor demo: {}</h1><pre>{}</pre>\
          <h2>Cost over time</h2>{cost}<h2>Nodes by type</h2>{nodes}<h2>Requested vs used CPU</h2>{cpu}\
-         <h2>Requested vs used memory</h2>{memory}<h2>Recommendations applied</h2>{applied}</body></html>\n",
+         <h2>Requested vs used memory</h2>{memory}<h2>Recommendations applied</h2>{applied}\
+         <h2>Pending pods, evictions and OOM kills</h2>{disruption}{}</body></html>\n",
         escape(&r.scenario),
         escape(&table(r)),
+        workload_table(au),
     );
+    out
+}
+
+/// The autonomous run per workload: requests before and after, why, and what it
+/// suffered (OOM kills and evictions are highlighted).
+fn workload_table(run: &RunResult) -> String {
+    if run.workloads.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Workloads (autonomous)</h2><table style=\"border-collapse:collapse\" border=\"1\" \
+         cellpadding=\"4\"><tr><th>Workload</th><th>Kind</th><th>CPU request</th>\
+         <th>Memory request</th><th>OOM kills</th><th>Evictions</th><th>Why</th></tr>",
+    );
+    for w in &run.workloads {
+        let hurt = w.oom_kills > 0 || w.evictions > 0;
+        let _ = write!(
+            out,
+            "<tr{}><td>{}</td><td>{}</td><td>{} &rarr; {}</td><td>{} &rarr; {}</td>\
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            if hurt {
+                " style=\"background:#fff3e0\""
+            } else {
+                ""
+            },
+            escape(&w.workload),
+            escape(&w.kind),
+            escape(&display_cores(w.cpu.0)),
+            escape(&display_cores(w.cpu.1)),
+            escape(&display_bytes(w.memory.0)),
+            escape(&display_bytes(w.memory.1)),
+            w.oom_kills,
+            w.evictions,
+            escape(&w.reasons.join("; "))
+        );
+    }
+    out.push_str("</table>");
     out
 }
 
@@ -365,14 +441,29 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
     let metrics = crate::telemetry::Metrics::new(&opentelemetry::global::meter("tailor-demo"));
     let ready = crate::server::Readiness::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // Bound before the run: an address in use is reported now, not after a week of
+    // simulation.
+    let listener = match args.serve {
+        Some(addr) => Some(
+            runtime
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .map_err(|e| CliError::InvalidFlag {
+                    flag: "--serve",
+                    reason: format!("cannot listen on {addr}: {e}"),
+                })?,
+        ),
+        None => None,
+    };
     // /metrics is up from the start, so Prometheus can watch the autonomous run live.
-    let server = args.serve.map(|addr| {
+    let server = listener.map(|listener| {
+        if let Ok(bound) = listener.local_addr() {
+            eprintln!("serving /metrics on http://{bound}/metrics");
+        }
         let (metrics, ready) = (metrics.clone(), ready.clone());
-        runtime.spawn(crate::server::serve(
-            addr,
+        runtime.spawn(crate::server::serve_on(
+            listener,
             metrics,
             ready,
-            |bound| eprintln!("serving /metrics on http://{bound}/metrics"),
             async move {
                 let _ = stopped.await;
             },
@@ -452,6 +543,56 @@ fn empty_run(mode: &str) -> RunResult {
     RunResult {
         mode: mode.to_string(),
         samples: Vec::new(),
+        workloads: Vec::new(),
         summary: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(mode: &str, used: &[f64]) -> RunResult {
+        RunResult {
+            mode: mode.to_string(),
+            samples: used
+                .iter()
+                .enumerate()
+                .map(|(i, u)| world::Sample {
+                    t: 1_796_083_200 + 3600 * i as i64,
+                    hourly_cost: 10.0,
+                    cpu_requested: 20.0,
+                    cpu_used: *u,
+                    memory_requested: 40.0,
+                    memory_used: *u,
+                    ..Default::default()
+                })
+                .collect(),
+            workloads: Vec::new(),
+            summary: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_report_labels_time_in_utc_and_starts_usage_when_pods_first_run() {
+        let report = DemoReport {
+            scenario: "test".to_string(),
+            workloads: 1,
+            oom_tolerance: 1,
+            recommend_only: run("recommend-only", &[0.0, 0.0, 5.0, 6.0]),
+            autonomous: run("autonomous", &[0.0, 0.0, 5.0, 6.0]),
+        };
+        let page = html(&report);
+        assert!(page.contains("12-01 00:00 UTC"), "axes say their time zone");
+        // The green "used" line has two points (hours 2 and 3), not four from zero.
+        let mut used_lines = 0;
+        for path in page.split("<path d=\"").skip(1) {
+            let (d, rest) = path.split_once('"').expect("path");
+            if rest.starts_with(" fill=\"none\" stroke=\"#2ca02c\"") {
+                used_lines += 1;
+                assert_eq!(d.matches(" L").count(), 1, "{d}");
+            }
+        }
+        assert_eq!(used_lines, 2, "CPU and memory each draw their usage");
     }
 }

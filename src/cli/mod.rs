@@ -81,6 +81,9 @@ pub enum CliError {
     /// Encoding output failed.
     #[error("encoding output: {0}")]
     Encode(String),
+    /// The command measured nothing: reporting success would mislead.
+    #[error("nothing to report: {0}")]
+    NothingToReport(String),
     /// A flag value is out of range.
     #[error("{flag}: {reason}")]
     InvalidFlag {
@@ -156,14 +159,10 @@ pub struct ClusterSourceArgs {
 
     /// Read the objects from a live cluster: this kubeconfig FILE, or without a value the
     /// usual lookup ($KUBECONFIG, ~/.kube/config, then the in-cluster service account).
-    #[arg(
-        long,
-        env = "TAILOR_KUBECONFIG",
-        num_args = 0..=1,
-        default_missing_value = "",
-        value_name = "FILE"
-    )]
-    pub kubeconfig: Option<PathBuf>,
+    // Absent, given without a value, or given a file. (An empty default missing value
+    // would not do: clap refuses an empty path with "a value is required".)
+    #[arg(long, env = "TAILOR_KUBECONFIG", num_args = 0..=1, value_name = "FILE")]
+    pub kubeconfig: Option<Option<PathBuf>>,
 
     /// The kubeconfig context to use (default: the current one).
     #[arg(long, env = "TAILOR_CONTEXT", requires = "kubeconfig")]
@@ -172,21 +171,24 @@ pub struct ClusterSourceArgs {
 
 impl ClusterSourceArgs {
     /// Loads the snapshot files, or lists `kinds` from the cluster (in `namespaces`, or
-    /// everywhere when empty).
+    /// everywhere when empty); `pending` says whether workloads are expanded into pending
+    /// pods.
     pub async fn load(
         &self,
         namespaces: &[String],
         kinds: &[crate::state::cluster::Kind],
+        pending: crate::state::PendingPods,
     ) -> Result<crate::state::Snapshot> {
         use crate::state::{Snapshot, cluster};
         let Some(kubeconfig) = &self.kubeconfig else {
-            return Snapshot::load(&self.paths).map_err(|e| CliError::Input(e.to_string()));
+            return Snapshot::load_with(&self.paths, pending)
+                .map_err(|e| CliError::Input(e.to_string()));
         };
-        let file = Some(kubeconfig.as_path()).filter(|p| !p.as_os_str().is_empty());
+        let file = kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
         let (client, server) = cluster::client(file, self.context.as_deref())
             .await
             .map_err(|e| CliError::Input(e.to_string()))?;
-        cluster::read(&client, &server, namespaces, kinds)
+        cluster::read(&client, &server, namespaces, kinds, pending)
             .await
             .map_err(|e| CliError::Input(e.to_string()))
     }

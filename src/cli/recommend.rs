@@ -12,7 +12,7 @@ use super::{CatalogSourceArgs, CliError, ClusterSourceArgs, Result};
 use crate::model::quantity::{self, format_milli, format_value};
 use crate::report::Table;
 use crate::rightsizing::{Context, Policy, Prices, Requests, recommend};
-use crate::state::{Snapshot, cluster};
+use crate::state::{PendingPods, Snapshot, cluster};
 use crate::usage::pool::{Checkpoint, HourUsage, Pool};
 use crate::usage::prometheus::{LabelNames, PrometheusSettings, PrometheusSource};
 use crate::usage::workloads::{Workload, Workloads};
@@ -102,6 +102,15 @@ pub struct RecommendArgs {
     #[arg(long, env = "TAILOR_PROMETHEUS_TIMEOUT_SECONDS", default_value_t = 30)]
     pub prometheus_timeout_seconds: u64,
 
+    /// Largest Prometheus answer read, bytes (default 256 MiB); a larger one fails the
+    /// read instead of filling memory.
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_MAX_RESPONSE_BYTES",
+        default_value_t = crate::usage::prometheus::DEFAULT_MAX_RESPONSE_BYTES
+    )]
+    pub prometheus_max_response_bytes: u64,
+
     /// The cluster: snapshot files or a live cluster.
     #[command(flatten)]
     pub cluster: ClusterSourceArgs,
@@ -116,11 +125,12 @@ pub struct RecommendArgs {
     )]
     pub namespaces: Vec<String>,
 
-    /// How much history to read (`14d`, or a Go duration such as `336h`).
+    /// How much history to read (`14d`, or a Go duration such as `336h`; 1s to 366d).
     #[arg(long, env = "TAILOR_HISTORY", default_value = "14d")]
     pub history: String,
 
-    /// CPU sample spacing (Go duration); CPU is the rate over this step (at least 5m).
+    /// CPU sample spacing (Go duration, 1s to 1h and at most the history); CPU is the rate
+    /// over this step (at least 5m).
     #[arg(long, env = "TAILOR_STEP", default_value = "5m")]
     pub step: String,
 
@@ -234,6 +244,17 @@ pub struct WorkloadRef {
     pub name: String,
 }
 
+/// A workload container named in the summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContainerRef {
+    /// Namespace.
+    pub namespace: String,
+    /// The top owner.
+    pub workload: WorkloadRef,
+    /// Container name.
+    pub container: String,
+}
+
 /// Totals.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -248,8 +269,12 @@ pub struct ReportSummary {
     pub prometheus_queries: usize,
     /// Containers in the history that matched no workload of the snapshot.
     pub unmatched_containers: usize,
+    /// Workload containers with no usage in the history: no recommendation for them.
+    pub containers_without_usage: Vec<ContainerRef>,
     /// Samples read from Prometheus.
     pub samples_read: u64,
+    /// Samples dropped as implausible (NaN, infinite, negative, beyond any VM).
+    pub samples_rejected: u64,
     /// Start of the usage read in this run (later than the history window's start when
     /// resumed from a checkpoint), RFC 3339.
     pub read_from: String,
@@ -266,19 +291,30 @@ pub struct Report {
     pub summary: ReportSummary,
 }
 
-fn duration_seconds(flag: &'static str, text: &str) -> Result<i64> {
+/// Parses a `--history` or `--step` value in seconds, refusing zero and values above
+/// `max` (named in the message as `max_text`).
+fn duration_seconds(flag: &'static str, text: &str, max: i64, max_text: &str) -> Result<i64> {
+    let invalid = |reason: String| CliError::InvalidFlag {
+        flag,
+        reason: format!("{text:?}: {reason}"),
+    };
     // Days are common in this flag; accept `14d` as well as Go durations.
-    if let Some(days) = text.strip_suffix('d')
-        && let Ok(d) = days.parse::<i64>()
-    {
-        return Ok(d * 86_400);
+    let seconds = match text.strip_suffix('d').map(str::parse::<i64>) {
+        Some(Ok(days)) => days
+            .checked_mul(86_400)
+            .filter(|s| *s >= 0)
+            .ok_or_else(|| invalid(format!("must be at most {max_text}")))?,
+        _ => crate::apis::duration::parse_duration(text)
+            .map_err(|e| invalid(e.to_string()))?
+            .as_secs(),
+    };
+    if seconds <= 0 {
+        return Err(invalid("must be at least 1s".to_string()));
     }
-    crate::apis::duration::parse_duration(text)
-        .map(|d| d.as_secs())
-        .map_err(|e| CliError::InvalidFlag {
-            flag,
-            reason: e.to_string(),
-        })
+    if seconds > max {
+        return Err(invalid(format!("must be at most {max_text}")));
+    }
+    Ok(seconds)
 }
 
 /// Whether `s` is a valid Prometheus label name.
@@ -305,16 +341,33 @@ fn parse_quantity(
 
 /// Reads usage and builds the report.
 pub async fn report(args: &RecommendArgs) -> Result<Report> {
+    // Flags first: a bad value is reported before the cluster is read.
+    let history = duration_seconds(
+        "--history",
+        &args.history,
+        crate::usage::MAX_WINDOW_SECONDS,
+        "366d",
+    )?;
+    let step = duration_seconds("--step", &args.step, crate::usage::MAX_STEP_SECONDS, "1h")?;
+    if step > history {
+        return Err(CliError::InvalidFlag {
+            flag: "--step",
+            reason: format!(
+                "{:?} is longer than --history {:?}",
+                args.step, args.history
+            ),
+        });
+    }
     let snapshot = args
         .cluster
-        .load(&args.namespaces, cluster::RIGHTSIZING)
+        // Right-sizing reads workload templates: pending pods for missing replicas would
+        // only cost memory.
+        .load(&args.namespaces, cluster::RIGHTSIZING, PendingPods::Skip)
         .await?;
     for warning in &snapshot.warnings {
         tracing::warn!("{warning}");
     }
     let workloads = Workloads::from_snapshot(&snapshot);
-    let history = duration_seconds("--history", &args.history)?;
-    let step = duration_seconds("--step", &args.step)?.max(1);
     let now = match &args.now {
         Some(t) => t
             .parse::<jiff::Timestamp>()
@@ -389,6 +442,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
         container: args.prometheus_container_label.clone(),
     };
     settings.timeout = Duration::from_secs(args.prometheus_timeout_seconds.max(1));
+    settings.max_response_bytes = args.prometheus_max_response_bytes;
     settings.max_points_per_query = args.prometheus_max_points_per_query.max(1);
     settings.concurrency = args.prometheus_concurrency.max(1);
     let source = PrometheusSource::new(settings).map_err(|e| CliError::Input(e.to_string()))?;
@@ -403,6 +457,23 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
     };
     namespaces.sort();
     namespaces.dedup();
+    let in_scope: std::collections::BTreeSet<String> = namespaces.iter().cloned().collect();
+    if workloads
+        .templates
+        .keys()
+        .all(|w| !in_scope.contains(&w.namespace))
+    {
+        return Err(CliError::NothingToReport(if args.namespaces.is_empty() {
+            "no workload in the snapshot or cluster: check --snapshot or --kubeconfig".to_string()
+        } else {
+            format!(
+                "no workload in namespace(s) {}: check --namespace (the snapshot or cluster has \
+                 workloads in {})",
+                args.namespaces.join(", "),
+                known_namespaces(&workloads)
+            )
+        }));
+    }
     let window_start = now - history;
     let keep_hours = args.output == RecommendFormat::Html;
     // Resume from the checkpoint when it fits this run; a file that cannot be read is an
@@ -474,6 +545,15 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
         stats.queries,
         began.elapsed().as_secs_f64()
     );
+    if stats.rejected_samples > 0 {
+        tracing::warn!(
+            "ignored {} samples that were not a number, infinite, negative or beyond any VM \
+             (more than {} cores or {} bytes)",
+            stats.rejected_samples,
+            crate::usage::MAX_PLAUSIBLE_CPU_CORES,
+            crate::usage::MAX_PLAUSIBLE_MEMORY_BYTES
+        );
+    }
     let mut unmatched = pool.unmatched().len();
     let pooled = pool.finish();
     if let Some(path) = &args.state {
@@ -531,22 +611,120 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
             recommended: requests_limits(&r.recommended),
             lower: pair(r.lower.0, r.lower.1),
             upper: pair(r.upper.0, r.upper.1),
-            confidence: (r.confidence * 100.0).round() / 100.0,
+            confidence: quantity::round_to(r.confidence, 2),
             actionable: r.actionable,
             reasons: r.reasons,
-            monthly_cost_delta: (r.hourly_cost_delta * HOURS_PER_MONTH * 100.0).round() / 100.0,
+            monthly_cost_delta: quantity::round_to(r.hourly_cost_delta * HOURS_PER_MONTH, 2),
             hours: pooled.hours.clone(),
         });
     }
+    // Every container of a workload in scope that has no usage is named, not dropped.
+    for (w, spec) in &workloads.templates {
+        if !in_scope.contains(&w.namespace) {
+            continue;
+        }
+        for c in &spec.containers {
+            if !pooled.contains_key(&(w.clone(), c.name.clone())) {
+                report.summary.containers_without_usage.push(ContainerRef {
+                    namespace: w.namespace.clone(),
+                    workload: WorkloadRef {
+                        kind: w.kind.clone(),
+                        name: w.name.clone(),
+                    },
+                    container: c.name.clone(),
+                });
+            }
+        }
+    }
+    if report.recommendations.is_empty() {
+        return Err(CliError::NothingToReport(nothing_matched(
+            args,
+            &stats,
+            unmatched,
+            &report.summary.containers_without_usage,
+        )));
+    }
+    if !report.summary.containers_without_usage.is_empty() {
+        tracing::warn!(
+            "{} container(s) have no usage in Prometheus and get no recommendation: {}",
+            report.summary.containers_without_usage.len(),
+            names_of(&report.summary.containers_without_usage)
+        );
+    }
     report.summary.workloads = seen_workloads.len();
     report.summary.containers = report.recommendations.len();
-    report.summary.monthly_cost_delta = (report.summary.monthly_cost_delta * 100.0).round() / 100.0;
+    report.summary.monthly_cost_delta = quantity::round_to(report.summary.monthly_cost_delta, 2);
     report.summary.prometheus_queries = stats.queries;
     report.summary.samples_read = stats.samples;
+    report.summary.samples_rejected = stats.rejected_samples;
     report.summary.read_from = rfc3339(start);
     report.summary.now = rfc3339(now);
     report.summary.unmatched_containers = unmatched;
     Ok(report)
+}
+
+/// The namespaces that hold workloads, for a message.
+fn known_namespaces(workloads: &Workloads) -> String {
+    let names: std::collections::BTreeSet<&str> = workloads
+        .templates
+        .keys()
+        .map(|w| w.namespace.as_str())
+        .collect();
+    names.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+/// Up to ten containers as `namespace/Kind/name/container`, for a message.
+fn names_of(containers: &[ContainerRef]) -> String {
+    let mut shown: Vec<String> = containers
+        .iter()
+        .take(10)
+        .map(|c| {
+            format!(
+                "{}/{}/{}/{}",
+                c.namespace, c.workload.kind, c.workload.name, c.container
+            )
+        })
+        .collect();
+    if containers.len() > 10 {
+        shown.push(format!("and {} more", containers.len() - 10));
+    }
+    shown.join(", ")
+}
+
+/// Why a read produced no recommendation, and what to check.
+fn nothing_matched(
+    args: &RecommendArgs,
+    stats: &crate::usage::ReadStats,
+    unmatched: usize,
+    without_usage: &[ContainerRef],
+) -> String {
+    let labels = format!(
+        "--prometheus-namespace-label {:?}, --prometheus-pod-label {:?}, \
+         --prometheus-container-label {:?}",
+        args.prometheus_namespace_label, args.prometheus_pod_label, args.prometheus_container_label
+    );
+    if stats.series == 0 {
+        format!(
+            "no usage for any of the {} workload container(s) ({}): Prometheus at {} has no \
+             container_memory_working_set_bytes series with the labels {labels} in these \
+             namespaces over --history {}; check the label flags, --namespace and that \
+             Prometheus scrapes this cluster's cadvisor",
+            without_usage.len(),
+            names_of(without_usage),
+            args.prometheus_url,
+            args.history
+        )
+    } else {
+        format!(
+            "{} container series were read from {} but {unmatched} of them matched none of \
+             the {} workload container(s) ({}): check that the snapshot is of the cluster \
+             Prometheus scrapes, and the label flags ({labels})",
+            stats.series,
+            args.prometheus_url,
+            without_usage.len(),
+            names_of(without_usage)
+        )
+    }
 }
 
 fn rfc3339(t: i64) -> String {
@@ -615,9 +793,10 @@ pub fn table(report: &Report) -> String {
         "CPU",
         "MEMORY",
         "CONFIDENCE",
+        "ACTIONABLE",
         "$/MONTH",
     ])
-    .align_right(&[5, 6]);
+    .align_right(&[5, 7]);
     for e in &report.recommendations {
         t.row([
             e.namespace.clone(),
@@ -634,18 +813,37 @@ pub fn table(report: &Report) -> String {
                 show(&e.recommended.requests.memory, false)
             ),
             format!("{:.0}%", e.confidence * 100.0),
+            if e.actionable { "yes" } else { "no" }.to_string(),
             format!("{:+.2}", e.monthly_cost_delta),
         ]);
     }
     let s = &report.summary;
-    format!(
+    let mut text = format!(
         "{}\n{} containers in {} workloads; {:+.2} $/month if applied ({} Prometheus queries).\n",
         t.render(),
         s.containers,
         s.workloads,
         s.monthly_cost_delta,
         s.prometheus_queries
-    )
+    );
+    let not_actionable = report
+        .recommendations
+        .iter()
+        .filter(|e| !e.actionable)
+        .count();
+    if not_actionable > 0 {
+        text.push_str(&format!(
+            "{not_actionable} not actionable (too little history or gaps): shown, not to be applied.\n"
+        ));
+    }
+    if !s.containers_without_usage.is_empty() {
+        text.push_str(&format!(
+            "{} container(s) without usage in Prometheus: {}.\n",
+            s.containers_without_usage.len(),
+            names_of(&s.containers_without_usage)
+        ));
+    }
+    text
 }
 
 /// Renders the report as CSV: one row per container, quantities as Kubernetes strings.
@@ -725,4 +923,92 @@ pub fn run(args: RecommendArgs, out: &mut dyn Write) -> Result<()> {
     };
     out.write_all(text.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(container: &str, actionable: bool, delta: f64) -> Entry {
+        Entry {
+            namespace: "shop".to_string(),
+            workload: WorkloadRef {
+                kind: "Deployment".to_string(),
+                name: "web".to_string(),
+            },
+            container: container.to_string(),
+            current: RequestsLimits {
+                requests: pair(Some(1000), Some(1 << 30)),
+                limits: CpuMemory::default(),
+            },
+            recommended: RequestsLimits {
+                requests: pair(Some(500), Some(512 << 20)),
+                limits: CpuMemory::default(),
+            },
+            lower: pair(Some(400), Some(400 << 20)),
+            upper: pair(Some(800), Some(800 << 20)),
+            confidence: 0.5,
+            actionable,
+            reasons: Vec::new(),
+            monthly_cost_delta: delta,
+            hours: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_table_says_which_rows_are_actionable_and_names_containers_without_usage() {
+        let report = Report {
+            recommendations: vec![entry("app", true, -12.5), entry("worker", false, 0.0)],
+            summary: ReportSummary {
+                containers_without_usage: vec![ContainerRef {
+                    namespace: "shop".to_string(),
+                    workload: WorkloadRef {
+                        kind: "Deployment".to_string(),
+                        name: "web".to_string(),
+                    },
+                    container: "proxy".to_string(),
+                }],
+                ..ReportSummary::default()
+            },
+        };
+        let text = table(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("ACTIONABLE"), "{text}");
+        let column = lines[0].find("ACTIONABLE").expect("header");
+        assert_eq!(&lines[1][column..column + 3], "yes", "{text}");
+        assert_eq!(&lines[2][column..column + 2], "no", "{text}");
+        assert!(text.contains("1 not actionable"), "{text}");
+        assert!(
+            text.contains("1 container(s) without usage in Prometheus: shop/Deployment/web/proxy"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_html_heading_names_container_workload_and_namespace_for_what_they_are() {
+        let report = Report {
+            recommendations: vec![entry("app", false, 1.0)],
+            summary: ReportSummary {
+                containers_without_usage: vec![ContainerRef {
+                    namespace: "shop".to_string(),
+                    workload: WorkloadRef {
+                        kind: "Deployment".to_string(),
+                        name: "web".to_string(),
+                    },
+                    container: "proxy".to_string(),
+                }],
+                ..ReportSummary::default()
+            },
+        };
+        let page = super::super::recommend_html::html(&report);
+        assert!(
+            page.contains("<h2>container app of Deployment web in namespace shop</h2>"),
+            "{page}"
+        );
+        assert!(page.contains("<th>Actionable</th>"), "{page}");
+        assert!(
+            page.contains("<li>container proxy of Deployment web in namespace shop</li>"),
+            "{page}"
+        );
+    }
 }

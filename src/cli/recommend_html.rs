@@ -145,13 +145,13 @@ pub fn html(report: &Report) -> String {
     );
     out.push_str(
         "<table><tr><th>Namespace</th><th>Workload</th><th>Container</th><th>CPU</th>\
-         <th>Memory</th><th>Confidence</th><th>$/month</th></tr>\n",
+         <th>Memory</th><th>Confidence</th><th>Actionable</th><th>$/month</th></tr>\n",
     );
     for (i, e) in report.recommendations.iter().enumerate() {
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td><a href=\"#c{i}\">{}/{}</a></td><td>{}</td><td>{} &rarr; {}</td>\
-             <td>{} &rarr; {}</td><td class=\"n\">{:.0}%</td><td class=\"n\">{:+.2}</td></tr>",
+             <td>{} &rarr; {}</td><td class=\"n\">{:.0}%</td><td>{}</td><td class=\"n\">{:+.2}</td></tr>",
             escape(&e.namespace),
             escape(&e.workload.kind),
             escape(&e.workload.name),
@@ -161,18 +161,33 @@ pub fn html(report: &Report) -> String {
             escape(e.current.requests.memory.as_deref().unwrap_or("-")),
             escape(e.recommended.requests.memory.as_deref().unwrap_or("-")),
             e.confidence * 100.0,
+            if e.actionable { "yes" } else { "no" },
             e.monthly_cost_delta
         );
     }
     out.push_str("</table>\n");
+    if !s.containers_without_usage.is_empty() {
+        out.push_str("<p>Containers without usage in Prometheus (no recommendation):</p><ul>");
+        for c in &s.containers_without_usage {
+            let _ = write!(
+                out,
+                "<li>container {} of {} {} in namespace {}</li>",
+                escape(&c.container),
+                escape(&c.workload.kind),
+                escape(&c.workload.name),
+                escape(&c.namespace)
+            );
+        }
+        out.push_str("</ul>\n");
+    }
     for (i, e) in report.recommendations.iter().enumerate() {
         let _ = write!(
             out,
-            "<section id=\"c{i}\"><h2>{}/{} {}/{}</h2>",
-            escape(&e.namespace),
+            "<section id=\"c{i}\"><h2>container {} of {} {} in namespace {}</h2>",
             escape(&e.container),
             escape(&e.workload.kind),
-            escape(&e.workload.name)
+            escape(&e.workload.name),
+            escape(&e.namespace)
         );
         if !e.reasons.is_empty() {
             out.push_str("<ul>");

@@ -342,8 +342,7 @@ impl<'a> Work<'a> {
 /// Dollars rounded to 4 decimals, never negative zero: an empty `f64` sum is -0.0 (Rust's
 /// `Sum` starts there), and a report must not print "-0.0" for nothing saved.
 fn round4(x: f64) -> f64 {
-    let rounded = (x * 10_000.0).round() / 10_000.0;
-    if rounded == 0.0 { 0.0 } else { rounded }
+    crate::model::quantity::round_to(x, 4)
 }
 
 impl Work<'_> {

@@ -56,6 +56,9 @@ fn parse_suffix(input: &str, suffix: &str) -> Result<Scale> {
     let binary = |exponent| Ok(Scale { base: 2, exponent });
     match suffix {
         "" => decimal(0),
+        // Nano and micro, as resource.Quantity accepts them (metrics-server writes "n").
+        "n" => decimal(-9),
+        "u" => decimal(-6),
         "m" => decimal(-3),
         "k" => decimal(3),
         "M" => decimal(6),
@@ -267,6 +270,14 @@ fn trim_decimals(v: f64, unit: &str) -> String {
     format!("{s}{unit}")
 }
 
+/// Rounds a reported figure (dollars, fractions) to `decimals` places, never to `-0.0`:
+/// a saving of -0.001 $/hour is reported as 0, not as a negative zero that prints `-0.00`.
+pub fn round_to(x: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    // Adding +0.0 turns -0.0 into +0.0 and leaves every other value unchanged.
+    (x * scale).round() / scale + 0.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,5 +382,26 @@ mod tests {
             let _ = parse_value(&s);
             let _ = parse_milli(&s);
         }
+    }
+
+    #[test]
+    fn rounding_a_tiny_negative_figure_gives_a_positive_zero() {
+        for x in [-0.0, -0.001, -0.004_999, -1e-300] {
+            let r = round_to(x, 2);
+            assert!(r == 0.0 && r.is_sign_positive(), "{x} -> {r:?}");
+            assert_eq!(format!("{r:+.2}"), "+0.00");
+            assert_eq!(serde_json::to_string(&r).expect("json"), "0.0");
+        }
+        assert_eq!(round_to(-0.006, 2), -0.01);
+        assert_eq!(round_to(12.3456, 2), 12.35);
+    }
+
+    #[test]
+    fn nano_and_micro_suffixes_are_accepted_and_round_up() {
+        assert_eq!(parse_milli("1n"), Ok(1));
+        assert_eq!(parse_milli("250000000n"), Ok(250));
+        assert_eq!(parse_milli("1500u"), Ok(2));
+        assert_eq!(parse_value("1n"), Ok(1));
+        assert_eq!(parse_value("0n"), Ok(0));
     }
 }

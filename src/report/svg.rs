@@ -30,6 +30,9 @@ pub struct Chart<'a> {
     pub size: (u32, u32),
 }
 
+/// Height of one row of the legend, pixels.
+const LEGEND_ROW: f64 = 16.0;
+
 /// Escapes text for HTML and SVG.
 pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -81,10 +84,24 @@ pub fn line_chart(chart: &Chart<'_>, series: &[Series<'_>]) -> String {
     let ymax = (y1 / ystep).ceil().max(1.0) * ystep;
     let sx = |x: f64| left + (x - x0) / (x1 - x0) * pw;
     let sy = |y: f64| top + ph - y / ymax * ph;
+    // The legend wraps into as many rows as its entries need; the chart grows by the
+    // extra rows instead of cutting entries off at the right edge.
+    let mut legend = Vec::with_capacity(series.len());
+    let (mut lx, mut row) = (left, 0usize);
+    for s in series {
+        let width = 30.0 + 6.5 * s.label.chars().count() as f64;
+        if lx > left && lx + width > w - right {
+            row += 1;
+            lx = left;
+        }
+        legend.push((s, lx, row));
+        lx += width;
+    }
+    let h_total = h + LEGEND_ROW * row as f64;
     let mut out = String::new();
     let _ = write!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h_total}" viewBox="0 0 {w} {h_total}" font-family="sans-serif" font-size="11">"#
     );
     let _ = write!(
         out,
@@ -105,13 +122,15 @@ pub fn line_chart(chart: &Chart<'_>, series: &[Series<'_>]) -> String {
         );
         y += ystep;
     }
-    // X ticks: about six.
+    // X ticks: about six. The last label ends at its tick, so the right margin does not
+    // cut it.
     for i in 0..=5 {
         let x = x0 + (x1 - x0) * f64::from(i) / 5.0;
         let px = sx(x);
+        let anchor = if i == 5 { "end" } else { "middle" };
         let _ = write!(
             out,
-            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#999"/><text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#999"/><text x="{px:.1}" y="{:.1}" text-anchor="{anchor}">{}</text>"##,
             top + ph,
             top + ph + 4.0,
             top + ph + 16.0,
@@ -148,9 +167,8 @@ pub fn line_chart(chart: &Chart<'_>, series: &[Series<'_>]) -> String {
         );
     }
     // Legend along the bottom.
-    let mut lx = left;
-    let ly = h - 10.0;
-    for s in series {
+    for (s, lx, row) in legend {
+        let ly = h - 10.0 + LEGEND_ROW * row as f64;
         let dash = if s.dashed {
             r#" stroke-dasharray="6 4""#
         } else {
@@ -166,7 +184,6 @@ pub fn line_chart(chart: &Chart<'_>, series: &[Series<'_>]) -> String {
             lx + 22.0,
             escape(s.label)
         );
-        lx += 30.0 + 6.5 * s.label.len() as f64;
     }
     out.push_str("</svg>");
     out
@@ -205,6 +222,55 @@ mod tests {
         assert_eq!(svg.matches("<path").count(), 2);
         assert!(svg.contains("cpu &lt;app&gt;"));
         assert!(svg.contains("stroke-dasharray"));
+    }
+
+    #[test]
+    fn a_long_legend_wraps_inside_the_chart_and_the_last_x_label_ends_at_its_tick() {
+        let chart = Chart {
+            title: "Nodes by type",
+            y_format: |v| format!("{v:.0}"),
+            x_format: |v| format!("{v:.0} UTC"),
+            size: (600, 240),
+        };
+        let labels: Vec<String> = (0..11).map(|i| format!("Standard_D{i}as_v6")).collect();
+        let series: Vec<Series<'_>> = labels
+            .iter()
+            .map(|l| Series {
+                label: l,
+                color: "#333",
+                points: vec![(0.0, 1.0), (3600.0, 2.0)],
+                dashed: false,
+            })
+            .collect();
+        let svg = line_chart(&chart, &series);
+        let height: f64 = svg
+            .split("height=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| v.parse().ok())
+            .expect("svg height");
+        // Every label is drawn, within the width and the (grown) height.
+        for l in &labels {
+            let at = svg.find(&format!(">{l}<")).expect("label drawn");
+            let tag_start = svg[..at].rfind("<text").expect("in a text element");
+            let attrs = &svg[tag_start..at];
+            let num = |name: &str| -> f64 {
+                attrs
+                    .split(&format!("{name}=\""))
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .and_then(|v| v.parse().ok())
+                    .expect("coordinate")
+            };
+            let right_edge = num("x") + 6.5 * l.len() as f64;
+            assert!(right_edge <= 600.0, "{l} ends at {right_edge}");
+            assert!(num("y") <= height, "{l} below the chart");
+        }
+        assert!(height > 240.0, "the chart grew for the legend: {height}");
+        assert!(
+            svg.contains(r#"text-anchor="end">3600 UTC</text>"#),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -2,6 +2,14 @@
 
 use std::fmt::Write as _;
 
+use unicode_width::UnicodeWidthStr;
+
+/// Columns a cell takes on a terminal: wide characters (CJK, most emoji) take two,
+/// combining marks none.
+fn width(cell: &str) -> usize {
+    cell.width()
+}
+
 /// Rows of cells under a header; numeric-looking columns are right-aligned.
 #[derive(Debug, Clone, Default)]
 pub struct Table {
@@ -63,7 +71,7 @@ impl Table {
             .map(|c| {
                 std::iter::once(&self.header[c])
                     .chain(self.rows.iter().map(|r| &r[c]))
-                    .map(|s| s.chars().count())
+                    .map(|s| width(s))
                     .max()
                     .unwrap_or(0)
             })
@@ -75,7 +83,7 @@ impl Table {
                 if c > 0 {
                     line.push_str("   ");
                 }
-                let pad = widths[c].saturating_sub(cell.chars().count());
+                let pad = widths[c].saturating_sub(width(cell));
                 if self.right_aligned[c] {
                     line.push_str(&" ".repeat(pad));
                     line.push_str(cell);
@@ -103,5 +111,18 @@ mod tests {
             t.render(),
             "NAME              PRICE\nStandard_D2s_v5   0.096\nx                  12.5\n"
         );
+    }
+
+    #[test]
+    fn wide_and_combining_characters_keep_the_columns_aligned() {
+        let mut t = Table::new(["NAME", "PODS"]).align_right(&[1]);
+        t.row(["ウェブ", "3"]); // three wide characters: six columns
+        t.row(["cafe\u{301}", "12"]); // "café" with a combining accent: four columns
+        t.row(["api", "1"]);
+        let rendered = t.render();
+        // Every row's right-aligned number ends in the same terminal column: the widest
+        // name (six columns), the gap and the header.
+        let ends: Vec<usize> = rendered.lines().map(width).collect();
+        assert_eq!(ends, vec![6 + 3 + 4; 4], "{rendered}");
     }
 }

@@ -345,11 +345,26 @@ fn clamp_opt(v: f64, lo: Option<i64>, hi: Option<i64>) -> f64 {
     hi.map_or(v, |h| v.min(h as f64))
 }
 
-/// One resource's recommendation before limits: the new request and the reasons.
+/// One resource's recommendation before limits: the new request and its bounds.
 struct Sized {
     request: Option<i64>,
     lower: Option<i64>,
     upper: Option<i64>,
+}
+
+impl Sized {
+    /// A request with bounds that hold it: policy floors, the burst guard, hysteresis and
+    /// the maximum step can move the request outside the percentile range, and a lower
+    /// bound above the recommendation (or an upper one below it) would contradict it.
+    fn around(request: i64, lower: f64, upper: f64, unit: i64) -> Self {
+        let lower = ((lower / unit as f64).floor() as i64).saturating_mul(unit);
+        let upper = ((upper / unit as f64).ceil() as i64).saturating_mul(unit);
+        Sized {
+            request: Some(request),
+            lower: Some(lower.clamp(0, request)),
+            upper: Some(upper.max(request)),
+        }
+    }
 }
 
 /// Builds the recommendation for a container at `now`.
@@ -436,11 +451,12 @@ pub fn recommend(
             &mut reasons,
             format_milli,
         );
-        Some(Sized {
-            request: Some(value.max(1)),
-            lower: Some(lower.ceil() as i64),
-            upper: Some(clamp_opt(upper, None, ceiling).ceil() as i64),
-        })
+        Some(Sized::around(
+            value.max(1),
+            lower,
+            clamp_opt(upper, None, ceiling),
+            1,
+        ))
     } else {
         None
     };
@@ -541,11 +557,13 @@ pub fn recommend(
             &mut reasons,
             format_value,
         );
-        Some(Sized {
-            request: Some(value),
-            lower: Some(lower.ceil() as i64),
-            upper: Some(clamp_opt(upper, None, ceiling).ceil() as i64),
-        })
+        // Bounds in whole MiB, like the request, so they print as quantities.
+        Some(Sized::around(
+            value,
+            lower,
+            clamp_opt(upper, None, ceiling),
+            1 << 20,
+        ))
     } else {
         None
     };
@@ -1009,6 +1027,62 @@ mod tests {
         assert_eq!(r.recommended.cpu, Some(2000));
         assert_eq!(r.recommended.memory, Some(2048 * MIB));
         assert!(r.reasons.iter().any(|x| x.contains("at most 50%")));
+    }
+
+    #[test]
+    fn bounds_hold_the_recommendation_whatever_moved_it_and_memory_bounds_are_whole_mib() {
+        let h = history(7);
+        // A policy floor above the usage, a maximum step that holds a cut back, a
+        // change too small to make, and an HPA that keeps the request: each moves the
+        // request outside the percentile range the bounds come from.
+        let cases = [
+            (
+                Policy {
+                    cpu_bounds: (Some(1000), None),
+                    memory_bounds: (Some(2048 * MIB), None),
+                    ..policy()
+                },
+                current(4000, 4096 * MIB),
+                Context::default(),
+            ),
+            (
+                Policy {
+                    max_step: 0.5,
+                    ..policy()
+                },
+                current(4000, 4096 * MIB),
+                Context::default(),
+            ),
+            (policy(), current(460, 530 * MIB), Context::default()),
+            (
+                policy(),
+                current(50, 64 * MIB),
+                Context {
+                    hpa_on_cpu: true,
+                    hpa_on_memory: true,
+                    ..Context::default()
+                },
+            ),
+        ];
+        for (policy, current, context) in cases {
+            let r = recommend(&h, current, &policy, &context, 7 * DAY);
+            let (cpu, memory) = (r.recommended.cpu, r.recommended.memory);
+            assert!(
+                r.lower.0 <= cpu && cpu <= r.upper.0,
+                "cpu {:?} <= {cpu:?} <= {:?}",
+                r.lower.0,
+                r.upper.0
+            );
+            assert!(
+                r.lower.1 <= memory && memory <= r.upper.1,
+                "memory {:?} <= {memory:?} <= {:?}",
+                r.lower.1,
+                r.upper.1
+            );
+            for bound in [r.lower.1, r.upper.1].into_iter().flatten() {
+                assert_eq!(bound % MIB, 0, "{bound} is not whole MiB");
+            }
+        }
     }
 
     #[test]

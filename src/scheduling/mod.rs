@@ -156,11 +156,7 @@ fn plan(s: &Scheduler<'_>) -> Plan {
         summary: Summary {
             pods: pending,
             new_nodes: node_claims.len(),
-            // Never -0.0: an empty f64 sum starts there.
-            hourly_cost: match (hourly_cost * 1e6).round() / 1e6 {
-                0.0 => 0.0,
-                rounded => rounded,
-            },
+            hourly_cost: crate::model::quantity::round_to(hourly_cost, 6),
             scheduled_on_existing,
             scheduled_on_new,
             unschedulable: unschedulable.len(),

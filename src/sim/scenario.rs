@@ -78,6 +78,9 @@ pub struct Scenario {
     pub oom_tolerance: u64,
 }
 
+/// Days of usage the scenario's teams sized their requests from.
+const SIZING_DAYS: u32 = 7;
+
 /// Namespaces of the default scenario, by team.
 const TEAMS: &[&str] = &["shop", "payments", "search", "data", "platform"];
 
@@ -110,17 +113,21 @@ impl Scenario {
                     TEAMS[(n as usize) % TEAMS.len()].to_string()
                 };
                 let name = format!("{}-{n}", shape.name());
-                let trace = traces::generate(shape, seed.wrapping_mul(1000) + n, start, days, step);
+                let trace_seed = seed.wrapping_mul(1000) + n;
+                let trace = traces::generate(shape, trace_seed, start, days, step);
                 let replicas = rng.random_range(lo..=hi);
                 // Teams request 2-4x what they use at the 95th percentile, and set the
-                // memory limit at the request.
+                // memory limit at the request. They sized from a fixed week of usage, so
+                // the starting cluster is the same for a seed whatever `--days` is (a
+                // trace is the same sample by sample for any length).
+                let sizing = traces::generate(shape, trace_seed, start, SIZING_DAYS, step);
                 let p95 = |v: &[f64]| {
                     let mut s = v.to_vec();
                     s.sort_by(f64::total_cmp);
                     s.get(s.len() * 95 / 100).copied().unwrap_or(0.0)
                 };
-                let cpu = p95(&trace.cpu);
-                let peak = trace.memory.iter().copied().fold(0.0, f64::max);
+                let cpu = p95(&sizing.cpu);
+                let peak = sizing.memory.iter().copied().fold(0.0, f64::max);
                 let over: f64 = rng.random_range(2.0..4.0);
                 let cpu_request = ((cpu * over * 1000.0 / 50.0).ceil() * 50.0).max(50.0) as i64;
                 let mem = peak * rng.random_range(1.5..2.5);
@@ -175,5 +182,25 @@ impl Scenario {
                 ((f64::from(w.replicas) * (1.0 + 0.4 * load)).round() as u32).max(1)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_starts_the_same_cluster_for_any_number_of_days() {
+        let starting = |days| {
+            Scenario::mid_size(7, days)
+                .workloads
+                .iter()
+                .map(|w| (w.name.clone(), w.replicas, w.cpu_request, w.memory_request))
+                .collect::<Vec<_>>()
+        };
+        let week = starting(7);
+        assert_eq!(starting(1), week);
+        assert_eq!(starting(2), week);
+        assert_eq!(starting(14), week);
     }
 }

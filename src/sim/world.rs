@@ -121,6 +121,10 @@ pub struct Sample {
     pub recommendations_applied: usize,
     /// Pending pods.
     pub pending: usize,
+    /// Pods evicted so far.
+    pub evicted: usize,
+    /// OOM kills so far.
+    pub oom_kills: u64,
 }
 
 /// What one run did.
@@ -150,8 +154,13 @@ pub struct RunSummary {
     /// Disruption decisions carried out (autonomous) or reported (recommend-only, last
     /// evaluation).
     pub decisions: usize,
-    /// USD per hour saved by those decisions.
+    /// USD per hour saved by those decisions, each as it was taken. Not additive over a
+    /// run: the night's consolidation removes nodes the day's growth buys again.
     pub consolidation_savings_per_hour: f64,
+    /// USD the decisions carried out saved over the run: a decision's saving counts from
+    /// when it is done until provisioning buys that much capacity again (autonomous;
+    /// zero in recommend-only).
+    pub consolidation_realised_savings: f64,
     /// Pods evicted.
     pub pods_evicted: usize,
     /// OOM kills.
@@ -168,6 +177,27 @@ pub struct RunSummary {
     pub spot_interruptions: u64,
 }
 
+/// What one workload went through in a run: its requests at the start and the end, the
+/// last recommendation and why, and what it suffered.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadOutcome {
+    /// `namespace/name`.
+    pub workload: String,
+    /// Deployment, StatefulSet, DaemonSet or Job.
+    pub kind: String,
+    /// CPU request at the start and the end, millicores.
+    pub cpu: (i64, i64),
+    /// Memory request at the start and the end, bytes.
+    pub memory: (i64, i64),
+    /// The last recommendation's reasons (empty before the first).
+    pub reasons: Vec<String>,
+    /// OOM kills of its pods.
+    pub oom_kills: u64,
+    /// Its pods evicted by disruption.
+    pub evictions: usize,
+}
+
 /// One run's result.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -176,6 +206,8 @@ pub struct RunResult {
     pub mode: String,
     /// Hourly samples.
     pub samples: Vec<Sample>,
+    /// Per workload, in the scenario's order.
+    pub workloads: Vec<WorkloadOutcome>,
     /// Totals.
     pub summary: RunSummary,
 }
@@ -230,6 +262,10 @@ struct World<'a> {
     /// Labels of claims launched by the provisioner, until their node registers.
     launching: BTreeMap<String, BTreeMap<String, String>>,
     histories: Vec<ContainerHistory>,
+    /// Per workload: OOM kills, evictions and the last recommendation's reasons.
+    oom_by_workload: Vec<u64>,
+    evicted_by_workload: Vec<usize>,
+    last_reasons: Vec<Vec<String>>,
     context: Context,
     now: i64,
     rounds: u64,
@@ -239,6 +275,8 @@ struct World<'a> {
     applied: usize,
     pending_seconds: f64,
     spot_interruptions: u64,
+    /// USD per hour of nodes provisioning has launched so far.
+    launched_per_hour: f64,
     metrics: Option<Metrics>,
     /// (pool, size, capacity type) whose cost was last reported (to zero the ones gone).
     reported_types: std::collections::BTreeSet<(String, String, String)>,
@@ -615,6 +653,7 @@ impl World<'_> {
         }
         for claim in &plan.node_claims {
             if let Ok(instance) = cloud.create(&launch_request(&input, claim)).await {
+                self.launched_per_hour += instance.price_per_hour;
                 if let Some(m) = &self.metrics {
                     m.nodeclaim_launched(
                         &claim.node_pool,
@@ -655,6 +694,7 @@ impl World<'_> {
             h.add_memory(self.now, mem);
             if mem > p.memory_limit as f64 {
                 self.ooms += 1;
+                self.oom_by_workload[p.workload] += 1;
                 h.add_oom_with_request(self.now, mem, p.memory as f64);
                 killed.push(p.key.clone());
             }
@@ -704,6 +744,9 @@ impl World<'_> {
             &self.context,
             self.now,
         );
+        if !oom {
+            self.last_reasons[w] = r.reasons.clone();
+        }
         let (Some(cpu), Some(memory)) = (r.recommended.cpu, r.recommended.memory) else {
             return None;
         };
@@ -825,6 +868,8 @@ impl World<'_> {
             memory_used: mem_used / GIB,
             recommendations_applied: self.applied,
             pending: self.pods.iter().filter(|p| p.node.is_none()).count(),
+            evicted: self.evicted,
+            oom_kills: self.ooms,
         }
     }
 }
@@ -866,6 +911,7 @@ impl Actuator for World<'_> {
                 p.memory = sizes.memory;
                 p.memory_limit = sizes.memory_limit;
                 self.evicted += 1;
+                self.evicted_by_workload[p.workload] += 1;
             }
         }
         ready(Ok(()))
@@ -987,6 +1033,9 @@ pub async fn run(
             .iter()
             .map(|_| ContainerHistory::new(&settings.policy, scenario.start))
             .collect(),
+        oom_by_workload: vec![0; scenario.workloads.len()],
+        evicted_by_workload: vec![0; scenario.workloads.len()],
+        last_reasons: vec![Vec::new(); scenario.workloads.len()],
         context,
         now: scenario.start,
         rounds: 0,
@@ -996,6 +1045,7 @@ pub async fn run(
         applied: 0,
         pending_seconds: 0.0,
         spot_interruptions: 0,
+        launched_per_hour: 0.0,
         metrics: metrics.cloned(),
         reported_types: Default::default(),
     };
@@ -1009,6 +1059,12 @@ pub async fn run(
     let mut samples = Vec::new();
     let mut recommended = 0usize;
     let mut last_report = disruption::Report::default();
+    // Realised consolidation savings: the $/hour of decisions done and not yet bought
+    // back by provisioning, integrated over time.
+    let mut credited = std::collections::BTreeSet::new();
+    let mut credit_per_hour = 0.0;
+    let mut launched_seen = 0.0;
+    let mut realised = 0.0;
     let steps = (end - scenario.start) / scenario.step;
     for step in 0..steps {
         world.now = scenario.start + step * scenario.step;
@@ -1068,6 +1124,15 @@ pub async fn run(
             world.now += 15;
         }
         world.now = scenario.start + step * scenario.step;
+        for (i, c) in disrupter.commands().iter().enumerate() {
+            if c.phase == Phase::Done && credited.insert(i) {
+                credit_per_hour += c.decision.savings_per_hour.max(0.0);
+            }
+        }
+        let bought = world.launched_per_hour - launched_seen;
+        launched_seen = world.launched_per_hour;
+        credit_per_hour = (credit_per_hour - bought).max(0.0);
+        realised += credit_per_hour * scenario.step as f64 / 3600.0;
         world.pending_seconds +=
             world.pods.iter().filter(|p| !p.running).count() as f64 * scenario.step as f64;
         if since % 3600 == 0 {
@@ -1116,6 +1181,7 @@ pub async fn run(
                 .map(|d| d.savings_per_hour)
                 .sum()
         },
+        consolidation_realised_savings: realised,
         pods_evicted: world.evicted,
         oom_kills: world.ooms,
         provisioning_p50_seconds: percentile(&mut latencies, 0.5),
@@ -1124,12 +1190,27 @@ pub async fn run(
         launches: cloud.launches(),
         spot_interruptions: world.spot_interruptions,
     };
+    let workloads = scenario
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| WorkloadOutcome {
+            workload: format!("{}/{}", w.namespace, w.name),
+            kind: w.kind.as_str().to_string(),
+            cpu: (w.cpu_request, world.sizes[i].cpu),
+            memory: (w.memory_request, world.sizes[i].memory),
+            reasons: world.last_reasons[i].clone(),
+            oom_kills: world.oom_by_workload[i],
+            evictions: world.evicted_by_workload[i],
+        })
+        .collect();
     RunResult {
         mode: match settings.mode {
             Mode::Autonomous => "autonomous".to_string(),
             Mode::RecommendOnly => "recommend-only".to_string(),
         },
         samples,
+        workloads,
         summary,
     }
 }

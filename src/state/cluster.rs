@@ -16,7 +16,7 @@ use kube::{Api, Client, Config, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::snapshot::{Snapshot, SnapshotError};
+use super::snapshot::{PendingPods, Snapshot, SnapshotError};
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool, RightsizingPolicy};
 
 /// Objects per list request; larger lists are read in pages.
@@ -131,12 +131,14 @@ pub async fn client(
 
 /// Lists `kinds` (in `namespaces`, or everywhere when empty) into a snapshot. A Tailor
 /// resource whose CRD is not installed reads as none, with a warning; any other failed
-/// list is an error and nothing is returned.
+/// list is an error and nothing is returned. `pending` says whether workloads are
+/// expanded into pending pods for their missing replicas.
 pub async fn read(
     client: &Client,
     server: &str,
     namespaces: &[String],
     kinds: &[Kind],
+    pending: PendingPods,
 ) -> Result<Snapshot, ClusterError> {
     let reader = Reader {
         client,
@@ -175,7 +177,7 @@ pub async fn read(
         }?;
         objects.extend(listed);
     }
-    let mut snapshot = Snapshot::from_objects(&format!("cluster {server}"), objects)?;
+    let mut snapshot = Snapshot::from_objects(&format!("cluster {server}"), objects, pending)?;
     snapshot.warnings.extend(warnings);
     Ok(snapshot)
 }

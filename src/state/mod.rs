@@ -7,4 +7,4 @@
 pub mod cluster;
 pub mod snapshot;
 
-pub use snapshot::{Snapshot, SnapshotError};
+pub use snapshot::{MAX_PODS_PER_SNAPSHOT, MAX_YAML_DEPTH, PendingPods, Snapshot, SnapshotError};

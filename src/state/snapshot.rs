@@ -5,7 +5,12 @@
 //! an error naming the file, the document (and list item) index, the object's kind and
 //! name, and the field, and nothing is loaded. Unknown kinds are skipped with a warning.
 //! Workloads whose pods are not all listed are expanded into pending pods, so a scenario
-//! can say "a Deployment of 500 replicas" without listing 500 pods.
+//! can say "a Deployment of 500 replicas" without listing 500 pods; commands that do
+//! not place pods (right-sizing) load without expanding.
+//!
+//! Input is bounded before it can exhaust memory: nesting deeper than
+//! [`MAX_YAML_DEPTH`] is refused before parsing, and a snapshot holds at most
+//! [`MAX_PODS_PER_SNAPSHOT`] pods, listed and expanded together.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,6 +28,26 @@ use serde::de::DeserializeOwned;
 use crate::apis::labels;
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool, Recommendation, RightsizingPolicy};
 use crate::model::pod::{node_requirements, parse_quantities, pod_requests, preferred_node_terms};
+
+/// Most pods a snapshot may hold, listed and expanded from workloads together.
+/// Kubernetes supports at most 150,000 pods per cluster; a workload asking for more
+/// (`replicas: 2147483647`) is refused instead of expanded.
+pub const MAX_PODS_PER_SNAPSHOT: usize = 150_000;
+
+/// Deepest nesting of YAML collections accepted. Kubernetes objects nest about 15 levels
+/// (a pod template's affinity terms in a `kind: List`); the YAML parser's own limit is 128
+/// but it reaches it in quadratic time, so deeper documents are refused by a linear scan
+/// first.
+pub const MAX_YAML_DEPTH: usize = 100;
+
+/// Whether loading adds pending pods for workload replicas that have no pod listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingPods {
+    /// Add them (commands that place pods: `simulate`, disruption).
+    Expand,
+    /// Leave them out (right-sizing reads workload templates, not replicas).
+    Skip,
+}
 
 /// Why a snapshot could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +70,42 @@ pub enum SnapshotError {
         index: String,
         /// The parser's message, with line and column.
         message: String,
+    },
+    /// A document nests collections deeper than [`MAX_YAML_DEPTH`].
+    #[error(
+        "{file}: at line {line}: invalid YAML: collections nested {depth} deep, more than the \
+         {MAX_YAML_DEPTH} levels accepted (Kubernetes objects nest far less)"
+    )]
+    TooDeep {
+        /// The file name.
+        file: String,
+        /// 1-based line where the limit was crossed.
+        line: usize,
+        /// Nesting reached there.
+        depth: usize,
+    },
+    /// A file or directory holds no object at all.
+    #[error("{path}: {what}; a snapshot needs at least one Kubernetes object")]
+    Empty {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was found instead.
+        what: &'static str,
+    },
+    /// Workloads ask for more pods than a snapshot may hold.
+    #[error(
+        "{object}: field {field}: {replicas} replicas would bring the snapshot to more than \
+         {limit} pods (Kubernetes supports at most 150,000 pods per cluster)"
+    )]
+    TooManyPods {
+        /// `Kind namespace/name` of the workload that crossed the limit.
+        object: String,
+        /// The field that asks for the replicas.
+        field: &'static str,
+        /// Replicas it asks for.
+        replicas: i64,
+        /// [`MAX_PODS_PER_SNAPSHOT`].
+        limit: usize,
     },
     /// A document is valid YAML but not a valid object of its kind.
     #[error("{file}: document {index} ({object}): field {field}: {message}")]
@@ -154,8 +215,15 @@ fn decode<T: DeserializeOwned>(
 
 impl Snapshot {
     /// Reads and merges snapshot files (directories are read one level deep, `.yaml`
-    /// and `.yml` files in name order).
+    /// and `.yml` files in name order), expanding workloads into pending pods.
     pub fn load(paths: &[PathBuf]) -> Result<Self> {
+        Self::load_with(paths, PendingPods::Expand)
+    }
+
+    /// Reads and merges snapshot files; `pending` says whether workloads are expanded
+    /// into pending pods. A file without any document, or a directory without any YAML
+    /// file, is an error: it is almost always a wrong path, not an empty cluster.
+    pub fn load_with(paths: &[PathBuf], pending: PendingPods) -> Result<Self> {
         let mut files = Vec::new();
         for path in paths {
             if path.is_dir() {
@@ -168,6 +236,12 @@ impl Snapshot {
                     .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
                     .collect();
                 found.sort();
+                if found.is_empty() {
+                    return Err(SnapshotError::Empty {
+                        path: path.clone(),
+                        what: "no .yaml or .yml file in this directory",
+                    });
+                }
                 files.extend(found);
             } else {
                 files.push(path.clone());
@@ -179,9 +253,20 @@ impl Snapshot {
                 path: path.clone(),
                 source,
             })?;
-            texts.push((path.display().to_string(), text));
+            texts.push((path.clone(), text));
         }
-        Self::from_yaml_files(texts.iter().map(|(f, t)| (f.as_str(), t.as_str())))
+        let mut snapshot = Snapshot::default();
+        for (path, text) in &texts {
+            let documents = snapshot.add_yaml(&path.display().to_string(), text)?;
+            if documents == 0 {
+                return Err(SnapshotError::Empty {
+                    path: path.clone(),
+                    what: "no YAML document in this file",
+                });
+            }
+        }
+        snapshot.finish(pending)?;
+        Ok(snapshot)
     }
 
     /// Parses one YAML text. `file` names it in errors.
@@ -196,22 +281,51 @@ impl Snapshot {
     {
         let mut snapshot = Snapshot::default();
         for (file, text) in files {
-            for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-                let index = (i + 1).to_string();
-                let value: serde_yaml::Value =
-                    serde::Deserialize::deserialize(document).map_err(|e| SnapshotError::Yaml {
-                        file: file.to_string(),
-                        index: index.clone(),
-                        message: e.to_string(),
-                    })?;
-                if value.is_null() {
-                    continue; // empty document, e.g. a trailing `---`
-                }
-                snapshot.add_document(Origin { file, index }, value)?;
-            }
+            snapshot.add_yaml(file, text)?;
         }
-        snapshot.expand_workloads();
+        snapshot.finish(PendingPods::Expand)?;
         Ok(snapshot)
+    }
+
+    /// Adds the documents of one YAML text; returns how many were not empty.
+    fn add_yaml(&mut self, file: &str, text: &str) -> Result<usize> {
+        check_depth(text).map_err(|(line, depth)| SnapshotError::TooDeep {
+            file: file.to_string(),
+            line,
+            depth,
+        })?;
+        let mut documents = 0;
+        for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let index = (i + 1).to_string();
+            let value: serde_yaml::Value =
+                serde::Deserialize::deserialize(document).map_err(|e| SnapshotError::Yaml {
+                    file: file.to_string(),
+                    index: index.clone(),
+                    message: e.to_string(),
+                })?;
+            if value.is_null() {
+                continue; // empty document, e.g. a trailing `---`
+            }
+            documents += 1;
+            self.add_document(Origin { file, index }, value)?;
+        }
+        Ok(documents)
+    }
+
+    /// Expands workloads when asked and checks the snapshot's size.
+    fn finish(&mut self, pending: PendingPods) -> Result<()> {
+        if self.pods.len() > MAX_PODS_PER_SNAPSHOT {
+            return Err(SnapshotError::TooManyPods {
+                object: "the snapshot's listed Pods".to_string(),
+                field: "items",
+                replicas: self.pods.len() as i64,
+                limit: MAX_PODS_PER_SNAPSHOT,
+            });
+        }
+        match pending {
+            PendingPods::Expand => self.expand_workloads(),
+            PendingPods::Skip => Ok(()),
+        }
     }
 
     /// Builds a snapshot from objects read elsewhere (e.g. listed from the API server),
@@ -219,6 +333,7 @@ impl Snapshot {
     pub fn from_objects(
         source: &str,
         objects: impl IntoIterator<Item = (String, serde_yaml::Value)>,
+        pending: PendingPods,
     ) -> Result<Self> {
         let mut snapshot = Snapshot::default();
         for (index, value) in objects {
@@ -230,11 +345,11 @@ impl Snapshot {
                 value,
             )?;
         }
-        snapshot.expand_workloads();
+        snapshot.finish(pending)?;
         Ok(snapshot)
     }
 
-    fn add_document(&mut self, origin: Origin<'_>, value: serde_yaml::Value) -> Result<()> {
+    fn add_document(&mut self, origin: Origin<'_>, mut value: serde_yaml::Value) -> Result<()> {
         let kind = value
             .get("kind")
             .and_then(|k| k.as_str())
@@ -248,11 +363,13 @@ impl Snapshot {
             })?
             .to_string();
         if kind == "List" || (kind.ends_with("List") && value.get("items").is_some()) {
-            let items = match value.get("items") {
-                Some(serde_yaml::Value::Sequence(items)) => items.clone(),
+            // Taken, not cloned: a list of 20,000 pods is most of the snapshot's memory.
+            let items = match value.get_mut("items").map(std::mem::take) {
+                Some(serde_yaml::Value::Sequence(items)) => items,
                 Some(serde_yaml::Value::Null) | None => Vec::new(),
                 Some(_) => return Err(object_error(&origin, &kind, "items", "must be a list")),
             };
+            drop(value);
             let item_kind = kind
                 .strip_suffix("List")
                 .filter(|k| !k.is_empty())
@@ -316,42 +433,61 @@ impl Snapshot {
             ("Deployment", false) => {
                 let d: Deployment = decode(o, obj, value)?;
                 check_template(o, obj, d.spec.as_ref().map(|s| &s.template))?;
+                let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+                check_non_negative(o, obj, "spec.replicas", replicas)?;
                 self.deployments.push(d);
             }
             ("StatefulSet", false) => {
                 let s: StatefulSet = decode(o, obj, value)?;
                 check_template(o, obj, s.spec.as_ref().map(|s| &s.template))?;
+                let replicas = s.spec.as_ref().and_then(|s| s.replicas);
+                check_non_negative(o, obj, "spec.replicas", replicas)?;
                 self.stateful_sets.push(s);
             }
             ("ReplicaSet", false) => {
                 let rs: ReplicaSet = decode(o, obj, value)?;
                 check_template(o, obj, rs.spec.as_ref().and_then(|s| s.template.as_ref()))?;
+                let replicas = rs.spec.as_ref().and_then(|s| s.replicas);
+                check_non_negative(o, obj, "spec.replicas", replicas)?;
                 self.replica_sets.push(rs);
             }
             ("Job", false) => {
                 let j: Job = decode(o, obj, value)?;
                 check_template(o, obj, j.spec.as_ref().map(|s| &s.template))?;
+                let spec = j.spec.as_ref();
+                check_non_negative(o, obj, "spec.parallelism", spec.and_then(|s| s.parallelism))?;
+                check_non_negative(o, obj, "spec.completions", spec.and_then(|s| s.completions))?;
                 self.jobs.push(j);
             }
             ("PodDisruptionBudget", false) => {
-                self.pod_disruption_budgets.push(decode(o, obj, value)?);
+                let pdb: PodDisruptionBudget = decode(o, obj, value)?;
+                check_pdb(o, obj, &pdb)?;
+                self.pod_disruption_budgets.push(pdb);
             }
             ("HorizontalPodAutoscaler", false) if api_version == "autoscaling/v2" => {
                 self.horizontal_pod_autoscalers.push(decode(o, obj, value)?);
             }
             ("NodePool", true) => {
-                let np: NodePool = decode(o, obj, as_tailor(value))?;
+                let value = checked_tailor(o, obj, &kind, value)?;
+                let np: NodePool = decode(o, obj, value)?;
                 check_quantities(o, obj, "spec.limits", Some(&np.spec.limits))?;
                 self.node_pools.push(np);
             }
-            ("NodeClaim", true) => self.node_claims.push(decode(o, obj, as_tailor(value))?),
-            ("AKSNodeClass", true) => self.node_classes.push(decode(o, obj, as_tailor(value))?),
+            ("NodeClaim", true) => {
+                let value = checked_tailor(o, obj, &kind, value)?;
+                self.node_claims.push(decode(o, obj, value)?);
+            }
+            ("AKSNodeClass", true) => {
+                let value = checked_tailor(o, obj, &kind, value)?;
+                self.node_classes.push(decode(o, obj, value)?);
+            }
             ("RightsizingPolicy", true) => {
-                self.rightsizing_policies
-                    .push(decode(o, obj, as_tailor(value))?);
+                let value = checked_tailor(o, obj, &kind, value)?;
+                self.rightsizing_policies.push(decode(o, obj, value)?);
             }
             ("Recommendation", true) => {
-                self.recommendations.push(decode(o, obj, as_tailor(value))?);
+                let value = checked_tailor(o, obj, &kind, value)?;
+                self.recommendations.push(decode(o, obj, value)?);
             }
             _ => self.warnings.push(format!(
                 "{}: document {}: skipped {object} ({api_version}): not a kind Tailor reads",
@@ -361,8 +497,9 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Adds pending pods for workload replicas that have no pod in the snapshot.
-    fn expand_workloads(&mut self) {
+    /// Adds pending pods for workload replicas that have no pod in the snapshot, up to
+    /// [`MAX_PODS_PER_SNAPSHOT`] pods in all.
+    fn expand_workloads(&mut self) -> Result<()> {
         // Count listed pods per controlling owner (kind, namespace, name), resolving
         // ReplicaSets to their Deployment.
         let rs_owner: BTreeMap<(String, String), OwnerReference> = self
@@ -399,11 +536,14 @@ impl Snapshot {
             .map(|d| (namespace(&d.metadata), name(&d.metadata)))
             .collect();
 
-        let mut wanted: Vec<(&'static str, ObjectMeta, PodTemplateSpec, i64)> = Vec::new();
+        // (kind, the field that asks, metadata, template, replicas)
+        type Wanted = (&'static str, &'static str, ObjectMeta, PodTemplateSpec, i64);
+        let mut wanted: Vec<Wanted> = Vec::new();
         for d in &self.deployments {
             if let Some(spec) = &d.spec {
                 wanted.push((
                     "Deployment",
+                    "spec.replicas",
                     d.metadata.clone(),
                     spec.template.clone(),
                     i64::from(spec.replicas.unwrap_or(1)),
@@ -414,6 +554,7 @@ impl Snapshot {
             if let Some(spec) = &s.spec {
                 wanted.push((
                     "StatefulSet",
+                    "spec.replicas",
                     s.metadata.clone(),
                     spec.template.clone(),
                     i64::from(spec.replicas.unwrap_or(1)),
@@ -433,6 +574,7 @@ impl Snapshot {
             {
                 wanted.push((
                     "ReplicaSet",
+                    "spec.replicas",
                     rs.metadata.clone(),
                     template.clone(),
                     i64::from(spec.replicas.unwrap_or(1)),
@@ -446,15 +588,31 @@ impl Snapshot {
                 let remaining = spec.completions.map_or(parallelism, |c| {
                     (i64::from(c) - succeeded).clamp(0, parallelism)
                 });
-                wanted.push(("Job", j.metadata.clone(), spec.template.clone(), remaining));
+                wanted.push((
+                    "Job",
+                    "spec.parallelism",
+                    j.metadata.clone(),
+                    spec.template.clone(),
+                    remaining,
+                ));
             }
         }
-        for (kind, meta, template, replicas) in wanted {
+        for (kind, field, meta, template, replicas) in wanted {
             let key = (kind.to_string(), namespace(&meta), name(&meta));
             let have = listed.get(&key).copied().unwrap_or(0);
             let missing = replicas - have;
             if missing <= 0 {
                 continue;
+            }
+            // Checked before any pod is built: the bound is what keeps a huge replica
+            // count from exhausting memory.
+            if self.pods.len() as i64 + missing > MAX_PODS_PER_SNAPSHOT as i64 {
+                return Err(SnapshotError::TooManyPods {
+                    object: format!("{kind} {}/{}", key.1, key.2),
+                    field,
+                    replicas,
+                    limit: MAX_PODS_PER_SNAPSHOT,
+                });
             }
             for i in have..replicas {
                 self.pods.push(pending_pod(kind, &meta, &template, i));
@@ -464,6 +622,26 @@ impl Snapshot {
                 key.1, key.2
             ));
         }
+        Ok(())
+    }
+}
+
+/// A count the API server requires to be at least zero (replicas, parallelism), with
+/// its message.
+fn check_non_negative(
+    origin: &Origin<'_>,
+    object: &str,
+    field: &str,
+    value: Option<i32>,
+) -> Result<()> {
+    match value {
+        Some(v) if v < 0 => Err(object_error(
+            origin,
+            object,
+            field,
+            format!("Invalid value: {v}: must be greater than or equal to 0"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -488,12 +666,84 @@ fn check_pod_spec(
 ) -> Result<()> {
     match spec {
         None => Ok(()),
-        Some(spec) => pod_requests(spec)
-            .map(|_| ())
-            .and_then(|()| node_requirements(spec).map(|_| ()))
-            .and_then(|()| preferred_node_terms(spec).map(|_| ()))
-            .map_err(|e| object_error(origin, object, &format!("{prefix}{}", e.field), e.source)),
+        Some(spec) => {
+            pod_requests(spec)
+                .map(|_| ())
+                .and_then(|()| node_requirements(spec).map(|_| ()))
+                .and_then(|()| preferred_node_terms(spec).map(|_| ()))
+                .map_err(|e| {
+                    object_error(origin, object, &format!("{prefix}{}", e.field), e.source)
+                })?;
+            check_ports(origin, object, &format!("{prefix}spec."), spec)
+        }
     }
+}
+
+/// Checks the ports of every container as the API server does: a container port must be
+/// 1-65535, a host port 0 (none) or 1-65535.
+fn check_ports(origin: &Origin<'_>, object: &str, prefix: &str, spec: &PodSpec) -> Result<()> {
+    let groups = [
+        ("containers", Some(&spec.containers)),
+        ("initContainers", spec.init_containers.as_ref()),
+    ];
+    for (list, containers) in groups {
+        for (i, c) in containers.into_iter().flatten().enumerate() {
+            for (j, port) in c.ports.iter().flatten().enumerate() {
+                let values = [
+                    ("containerPort", Some(port.container_port)),
+                    ("hostPort", port.host_port.filter(|p| *p != 0)),
+                ];
+                for (field, value) in values {
+                    if let Some(v) = value
+                        && !(1..=65535).contains(&v)
+                    {
+                        return Err(object_error(
+                            origin,
+                            object,
+                            &format!("{prefix}{list}[{i}].ports[{j}].{field}"),
+                            format!("Invalid value: {v}: must be between 1 and 65535, inclusive"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a PodDisruptionBudget's `minAvailable` and `maxUnavailable` as the API server
+/// does: a count of at least 0 or a percentage up to 100%, and not both.
+fn check_pdb(origin: &Origin<'_>, object: &str, pdb: &PodDisruptionBudget) -> Result<()> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let Some(spec) = &pdb.spec else {
+        return Ok(());
+    };
+    if spec.min_available.is_some() && spec.max_unavailable.is_some() {
+        return Err(object_error(
+            origin,
+            object,
+            "spec",
+            "Invalid value: minAvailable and maxUnavailable cannot be both set",
+        ));
+    }
+    for (field, value) in [
+        ("spec.minAvailable", &spec.min_available),
+        ("spec.maxUnavailable", &spec.max_unavailable),
+    ] {
+        let message = match value {
+            Some(IntOrString::Int(v)) if *v < 0 => {
+                format!("Invalid value: {v}: must be greater than or equal to 0")
+            }
+            Some(IntOrString::String(s)) => match s.strip_suffix('%').map(str::parse::<u32>) {
+                Some(Ok(p)) if p <= 100 => continue,
+                Some(Ok(_)) => format!("Invalid value: {s:?}: must not be greater than 100%"),
+                _ => format!("Invalid value: {s:?}: must be an integer or percentage (e.g '5%')"),
+            },
+            _ => continue,
+        };
+        return Err(object_error(origin, object, field, message));
+    }
+    Ok(())
 }
 
 fn check_template(
@@ -507,6 +757,23 @@ fn check_template(
         "spec.template.",
         template.and_then(|t| t.spec.as_ref()),
     )
+}
+
+/// A Tailor object as the Tailor kind, checked against its CRD's schema as the API server
+/// would check it on create.
+fn checked_tailor(
+    origin: &Origin<'_>,
+    object: &str,
+    kind: &str,
+    value: serde_yaml::Value,
+) -> Result<serde_yaml::Value> {
+    let value = as_tailor(value);
+    // A value that is not JSON-like (a non-string key) is left for decoding to refuse.
+    if let Ok(json) = serde_json::to_value(&value) {
+        crate::apis::schema::validate(kind, &json)
+            .map_err(|v| object_error(origin, object, &v.field, v.message))?;
+    }
+    Ok(value)
 }
 
 /// Karpenter objects (`karpenter.sh/v1`, `karpenter.azure.com/v1beta1`) are read as the
@@ -597,4 +864,130 @@ impl Snapshot {
     pub fn load_file(path: &Path) -> Result<Self> {
         Self::load(&[path.to_path_buf()])
     }
+}
+
+/// Scans a YAML text in one pass for collections nested deeper than [`MAX_YAML_DEPTH`]:
+/// block nesting from indentation and `- `/`? ` markers, flow nesting from brackets
+/// outside quoted scalars and comments. Flow nesting (`[[[[...`, the cheap way to nest
+/// 100,000 levels in a small file) is counted exactly; block nesting is estimated from
+/// indentation, which may count a sequence written at its key's indentation once for two
+/// levels, but deep block nesting needs quadratically long lines, so the file size
+/// bounds it. Returns the 1-based line and depth of the first line too deep.
+fn check_depth(text: &str) -> std::result::Result<(), (usize, usize)> {
+    // Indentation of the open block collections.
+    let mut indents: Vec<usize> = Vec::new();
+    // Depth of the block node a flow collection opened in, and open flow collections.
+    let mut flow_base = 0;
+    let mut flow = 0usize;
+    // Inside a quoted scalar of a flow collection (it may span lines).
+    let mut quote: Option<char> = None;
+    // Lines more indented than this belong to a literal or folded block scalar.
+    let mut block_scalar: Option<usize> = None;
+    for (n, line) in text.lines().enumerate() {
+        let too_deep = |depth: usize| {
+            if depth > MAX_YAML_DEPTH {
+                Err((n + 1, depth))
+            } else {
+                Ok(())
+            }
+        };
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        let mut rest = &line[indent..];
+        if flow == 0 {
+            if let Some(parent) = block_scalar {
+                if rest.is_empty() || indent > parent {
+                    continue;
+                }
+                block_scalar = None;
+            }
+            if rest.is_empty() || rest.starts_with('#') {
+                continue;
+            }
+            if indent == 0 && (rest.starts_with("---") || rest.starts_with("...")) {
+                indents.clear();
+                rest = rest[3..].trim_start();
+                if rest.is_empty() {
+                    continue;
+                }
+            }
+            while indents.last().is_some_and(|&i| i > indent) {
+                indents.pop();
+            }
+            if indents.last() != Some(&indent) {
+                indents.push(indent);
+            }
+            let mut markers = 0;
+            loop {
+                if rest.starts_with("- ") || rest.starts_with("? ") {
+                    markers += 1;
+                    rest = rest[2..].trim_start_matches([' ', '\t']);
+                } else if rest == "-" || rest == "?" {
+                    markers += 1;
+                    rest = "";
+                } else {
+                    break;
+                }
+            }
+            let depth = indents.len() + markers;
+            too_deep(depth)?;
+            // The node's value: the rest itself, or what follows `key: `.
+            let value = if rest.starts_with(['[', '{']) {
+                rest
+            } else {
+                rest.find(": ")
+                    .map_or("", |i| rest[i + 2..].trim_start_matches([' ', '\t']))
+            };
+            if value.starts_with(['|', '>']) {
+                block_scalar = Some(indent);
+                continue;
+            }
+            if !value.starts_with(['[', '{']) {
+                continue;
+            }
+            flow_base = depth;
+            rest = value;
+        }
+        // Flow context: count brackets outside quoted scalars and comments.
+        let mut previous = ' ';
+        let mut chars = rest.chars().peekable();
+        while let Some(c) = chars.next() {
+            match quote {
+                Some('"') => {
+                    if c == '\\' {
+                        chars.next();
+                    } else if c == '"' {
+                        quote = None;
+                    }
+                }
+                Some(_) => {
+                    if c == '\'' {
+                        if chars.peek() == Some(&'\'') {
+                            chars.next();
+                        } else {
+                            quote = None;
+                        }
+                    }
+                }
+                None => match c {
+                    '"' | '\'' if matches!(previous, ' ' | '\t' | '[' | '{' | ',' | ':') => {
+                        quote = Some(c);
+                    }
+                    '#' if matches!(previous, ' ' | '\t') => break,
+                    '[' | '{' => {
+                        flow += 1;
+                        too_deep(flow_base + flow)?;
+                    }
+                    ']' | '}' => {
+                        flow = flow.saturating_sub(1);
+                        if flow == 0 {
+                            break; // back to block context; the rest is the same node
+                        }
+                    }
+                    _ => {}
+                },
+            }
+            previous = c;
+        }
+    }
+    Ok(())
 }

@@ -125,8 +125,8 @@ fn otlp_tracer_provider(endpoint: &str) -> Result<SdkTracerProvider, TelemetryEr
         .build())
 }
 
-/// Installs the ring TLS provider for every HTTP client in the process (reqwest,
-/// prometheus-http-query, the OTLP exporter). Safe to call more than once.
+/// Installs the ring TLS provider for every HTTP client in the process (reqwest, the
+/// Kubernetes client, the OTLP exporter). Safe to call more than once.
 pub fn install_tls_provider() {
     // Err only means a provider is already installed, which is what we want.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -150,8 +150,12 @@ impl Telemetry {
                 .json()
                 .boxed()
         } else {
+            // Colour only for a person at a terminal: escape codes in a log file or a CI
+            // capture are noise.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                .with_ansi(ansi)
                 .boxed()
         };
         let (meter_provider, tracer_provider) = match &settings.otlp_endpoint {

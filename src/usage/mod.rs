@@ -41,6 +41,43 @@ pub struct UsageQuery {
     pub step: i64,
 }
 
+/// Longest history a read covers: a year. With the recommender's 24-hour half-life a
+/// sample older than that weighs less than 2^-365; the bound keeps a typo such as
+/// `--history 999999999d` from planning billions of hours of queries.
+pub const MAX_WINDOW_SECONDS: i64 = 366 * 86_400;
+
+/// Coarsest CPU step: an hour. CPU is read as the rate over the step, and a coarser
+/// rate averages away the peaks a request must cover.
+pub const MAX_STEP_SECONDS: i64 = 3_600;
+
+impl UsageQuery {
+    /// Checks the window and step: a non-empty window of at most
+    /// [`MAX_WINDOW_SECONDS`] and a step of 1 s to [`MAX_STEP_SECONDS`] (a window
+    /// resumed from a checkpoint may be shorter than the step).
+    pub fn check(&self) -> Result<(), UsageError> {
+        let window = self.end.saturating_sub(self.start);
+        let invalid = |what: String| Err(UsageError::Settings(what));
+        if window <= 0 {
+            return invalid(format!(
+                "the window {}..{} is empty: it must end after it starts",
+                self.start, self.end
+            ));
+        }
+        if window > MAX_WINDOW_SECONDS {
+            return invalid(format!(
+                "the window of {window}s is longer than {MAX_WINDOW_SECONDS}s (366 days)"
+            ));
+        }
+        if self.step <= 0 || self.step > MAX_STEP_SECONDS {
+            return invalid(format!(
+                "step {}s is outside 1s..={MAX_STEP_SECONDS}s",
+                self.step
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What a read cost the source.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadStats {
@@ -48,8 +85,29 @@ pub struct ReadStats {
     pub queries: usize,
     /// Container series found.
     pub series: usize,
-    /// Samples received.
+    /// Samples received and used.
     pub samples: u64,
+    /// Samples received and dropped as implausible: not a number, infinite, negative or
+    /// beyond [`MAX_PLAUSIBLE_CPU_CORES`] / [`MAX_PLAUSIBLE_MEMORY_BYTES`].
+    pub rejected_samples: u64,
+}
+
+/// Most CPU one container can use, in cores: Azure's largest VM has 416 vCPUs, so more
+/// than 1,024 is a broken exporter or counter reset, not usage.
+pub const MAX_PLAUSIBLE_CPU_CORES: f64 = 1_024.0;
+
+/// Most memory one container can use: Azure's largest VM has 12 TiB, so more than 64 TiB
+/// is a broken exporter, not usage.
+pub const MAX_PLAUSIBLE_MEMORY_BYTES: f64 = (64_u64 << 40) as f64;
+
+/// Whether a CPU sample (cores) can be real usage.
+pub fn plausible_cpu(cores: f64) -> bool {
+    (0.0..=MAX_PLAUSIBLE_CPU_CORES).contains(&cores)
+}
+
+/// Whether a memory sample (bytes) can be real usage.
+pub fn plausible_memory(bytes: f64) -> bool {
+    (0.0..=MAX_PLAUSIBLE_MEMORY_BYTES).contains(&bytes)
 }
 
 /// Receives usage as it is read, so a long history never has to be held in memory.

@@ -12,7 +12,10 @@
 //!   by default), which is all the recommender needs from it; OOM kills come back only
 //!   where a restart coincides with an `OOMKilled` termination reason;
 //! - queries run a few at a time, transport errors are retried with backoff, and each
-//!   answer is handed to the sink and dropped before the next is read.
+//!   answer is handed to the sink and dropped before the next is read;
+//! - an answer is read up to `max_response_bytes` and no further, and a failure says what
+//!   happened: a timeout with its length, an HTML page where the API was expected, a
+//!   body too large, Prometheus' own error.
 //!
 //! A 14-day read of 10,000 containers at the default 5-minute CPU step takes 25 queries;
 //! KRR's one query per 50 pods and resource takes 400.
@@ -22,15 +25,23 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_http_query::Client;
-use prometheus_http_query::response::Data;
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
 use super::{ContainerKey, ReadStats, UsageError, UsageQuery, UsageSink, UsageSource};
 
 /// Prometheus refuses range queries of more than 11,000 points per series.
 pub const MAX_POINTS_PER_SERIES: i64 = 11_000;
+
+/// Most range queries one read may plan. A year of 10,000 containers at the default
+/// step and budget takes about 600; a read that needs more asks too much of Prometheus
+/// and is refused before the first query.
+pub const MAX_QUERIES_PER_READ: usize = 2_000;
+
+/// Default cap on one answer: 256 MiB. A full 2M-point range answer is about 80 MB of
+/// JSON.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 256 << 20;
 
 /// Label names, which differ between cadvisor's own and kube-prometheus' relabelling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +79,8 @@ pub struct PrometheusSettings {
     pub ca_file: Option<PathBuf>,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// Largest answer read, in bytes; a larger one fails the read without being held.
+    pub max_response_bytes: u64,
     /// Window of `rate()` for CPU; never shorter than the step.
     pub rate_window: Duration,
     /// Memory is read as the peak of each interval this long (divides a day).
@@ -83,8 +96,8 @@ pub struct PrometheusSettings {
 }
 
 impl PrometheusSettings {
-    /// Defaults for a URL: 30 s timeout, 5-minute rate window, hourly memory peaks, 2M
-    /// points per query, 4 queries at once, 3 retries.
+    /// Defaults for a URL: 30 s timeout, 256 MiB answers, 5-minute rate window, hourly
+    /// memory peaks, 2M points per query, 4 queries at once, 3 retries.
     pub fn new(url: &str) -> Self {
         PrometheusSettings {
             url: url.to_string(),
@@ -93,6 +106,7 @@ impl PrometheusSettings {
             headers: Vec::new(),
             ca_file: None,
             timeout: Duration::from_secs(30),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             rate_window: Duration::from_secs(300),
             memory_interval: Duration::from_secs(3600),
             max_points_per_query: 2_000_000,
@@ -208,7 +222,6 @@ fn time_chunks(first: i64, last: i64, step: i64) -> Vec<(i64, i64)> {
 /// The Prometheus usage source.
 #[derive(Clone)]
 pub struct PrometheusSource {
-    client: Client,
     http: reqwest::Client,
     settings: Arc<PrometheusSettings>,
 }
@@ -239,14 +252,40 @@ fn key_of(
     })
 }
 
-/// `/api/v1/series` answer.
+/// The envelope of every Prometheus API answer.
 #[derive(serde::Deserialize)]
-struct SeriesResponse {
+struct ApiResponse<T> {
     status: String,
-    #[serde(default)]
-    data: Vec<std::collections::HashMap<String, String>>,
+    data: Option<T>,
     #[serde(default)]
     error: Option<String>,
+}
+
+/// Labels of one series.
+type Labels = std::collections::HashMap<String, String>;
+
+/// `data` of a range query answer.
+#[derive(serde::Deserialize)]
+struct RangeData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Vec<RangeSeries>,
+}
+
+/// One series of a range answer: labels and `[unix seconds, "value"]` pairs.
+#[derive(serde::Deserialize)]
+struct RangeSeries {
+    metric: Labels,
+    #[serde(default)]
+    values: Vec<(f64, String)>,
+}
+
+/// How one request failed, and whether trying again can help.
+enum Failure {
+    /// Worth retrying: the connection failed, timed out, or the server had a moment.
+    Transient(String),
+    /// Not worth retrying: the answer says the request or the settings are wrong.
+    Final(UsageError),
 }
 
 impl PrometheusSource {
@@ -281,6 +320,7 @@ impl PrometheusSource {
         }
         let mut builder = reqwest::Client::builder()
             .default_headers(headers)
+            .connect_timeout(settings.timeout)
             .timeout(settings.timeout);
         if let Some(ca) = &settings.ca_file {
             let pem = std::fs::read(ca)
@@ -292,8 +332,14 @@ impl PrometheusSource {
         let http = builder
             .build()
             .map_err(|e| settings_error(format!("HTTP client: {e}")))?;
-        let client = Client::from(http.clone(), &settings.url)
+        let url = reqwest::Url::parse(&settings.url)
             .map_err(|e| settings_error(format!("URL {:?}: {e}", settings.url)))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(settings_error(format!(
+                "URL {:?}: the scheme must be http or https",
+                settings.url
+            )));
+        }
         let day = 86_400;
         let interval = settings.memory_interval.as_secs() as i64;
         if interval <= 0 || day % interval != 0 {
@@ -302,7 +348,6 @@ impl PrometheusSource {
             )));
         }
         Ok(PrometheusSource {
-            client,
             http,
             settings: Arc::new(settings),
         })
@@ -452,46 +497,135 @@ impl PrometheusSource {
         out
     }
 
-    async fn with_retries<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, UsageError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, prometheus_http_query::Error>>,
-    {
+    /// POSTs `form` to the API `path` and decodes the answer's `data`, retrying
+    /// transient failures with backoff. `what` names the request in errors.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+        what: &str,
+    ) -> Result<T, UsageError> {
         let mut attempt = 0;
         loop {
-            match call().await {
-                Ok(r) => return Ok(r),
-                Err(prometheus_http_query::Error::Prometheus(e)) => {
-                    return Err(UsageError::Query {
-                        url: self.settings.url.clone(),
-                        query: what.to_string(),
-                        message: e.to_string(),
-                    });
-                }
-                Err(e) if attempt < self.settings.retries => {
+            match self.attempt(path, form, what).await {
+                Ok(data) => return Ok(data),
+                Err(Failure::Final(e)) => return Err(e),
+                Err(Failure::Transient(message)) if attempt < self.settings.retries => {
                     attempt += 1;
-                    tracing::warn!(error = %e, attempt, "prometheus request failed; retrying");
+                    tracing::warn!(error = %message, attempt, "prometheus request failed; retrying");
                     tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
                 }
-                Err(e) => {
+                Err(Failure::Transient(message)) => {
                     return Err(UsageError::Unavailable {
                         url: self.settings.url.clone(),
-                        message: format!("{e} (after {} retries)", self.settings.retries),
+                        message: format!("{message} (tried {} times)", self.settings.retries + 1),
                     });
                 }
             }
         }
     }
 
-    async fn range(&self, q: &PlannedQuery) -> Result<Data, UsageError> {
-        self.with_retries(&q.promql, || async {
-            self.client
-                .query_range(&q.promql, q.start, q.end, q.step as f64)
-                .post()
-                .await
-                .map(|r| r.data().clone())
+    /// One request: the answer read up to the size cap, then classified.
+    async fn attempt<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+        what: &str,
+    ) -> Result<T, Failure> {
+        let url = format!("{}{path}", self.settings.url.trim_end_matches('/'));
+        let timeout = self.settings.timeout.as_secs_f64();
+        let transport = |e: reqwest::Error| {
+            if e.is_timeout() {
+                Failure::Transient(format!("{url} timed out after {timeout} s"))
+            } else {
+                Failure::Transient(format!("{url}: {e}"))
+            }
+        };
+        let final_error = |message: String| {
+            Failure::Final(UsageError::Unavailable {
+                url: self.settings.url.clone(),
+                message,
+            })
+        };
+        let mut response = self
+            .http
+            .post(&url)
+            .form(form)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        if matches!(status.as_u16(), 401 | 403) {
+            // Credentials do not get better by retrying.
+            return Err(final_error(format!(
+                "HTTP {status} from {url}: check the bearer token or basic auth settings"
+            )));
+        }
+        let html = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("html"));
+        let cap = self.settings.max_response_bytes;
+        let too_large = |size: u64| {
+            final_error(format!(
+                "the answer from {url} is {size} bytes or more, larger than the {cap} bytes \
+                 read at most (--prometheus-max-response-bytes); fewer points per query \
+                 make smaller answers"
+            ))
+        };
+        if let Some(length) = response.content_length()
+            && length > cap
+        {
+            return Err(too_large(length));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            if (body.len() + chunk.len()) as u64 > cap {
+                return Err(too_large((body.len() + chunk.len()) as u64));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if html || body.trim_ascii_start().starts_with(b"<") {
+            return Err(final_error(format!(
+                "HTTP {status} from {url}: the answer is HTML, not the Prometheus API \
+                 (a login page or a proxy?): check --prometheus-url and the auth settings"
+            )));
+        }
+        let decoded: ApiResponse<T> = match serde_json::from_slice(&body) {
+            Ok(d) => d,
+            // A server error without an API answer (a proxy's 502) may pass.
+            Err(_) if status.is_server_error() => {
+                return Err(Failure::Transient(format!("HTTP {status} from {url}")));
+            }
+            Err(e) => {
+                return Err(final_error(format!(
+                    "HTTP {status} from {url}: the answer is not the Prometheus API: {e}"
+                )));
+            }
+        };
+        if decoded.status != "success" {
+            return Err(Failure::Final(UsageError::Query {
+                url: self.settings.url.clone(),
+                query: what.to_string(),
+                message: decoded.error.unwrap_or(decoded.status),
+            }));
+        }
+        decoded.data.ok_or_else(|| {
+            final_error(format!(
+                "HTTP {status} from {url}: a success answer without data"
+            ))
         })
-        .await
+    }
+
+    async fn range(&self, q: &PlannedQuery) -> Result<RangeData, UsageError> {
+        let form = [
+            ("query", q.promql.clone()),
+            ("start", q.start.to_string()),
+            ("end", q.end.to_string()),
+            ("step", q.step.to_string()),
+        ];
+        self.call("/api/v1/query_range", &form, &q.promql).await
     }
 
     /// The container series (namespace, pod; one entry per container) with memory
@@ -502,55 +636,13 @@ impl PrometheusSource {
     ) -> Result<Vec<(String, String)>, UsageError> {
         let m = self.matchers(&query.namespaces, None);
         let selector = self.selector("container_memory_working_set_bytes", "", &m);
-        let url = format!("{}/api/v1/series", self.settings.url.trim_end_matches('/'));
         let form = [
             ("match[]", selector.clone()),
             ("start", query.start.to_string()),
             ("end", query.end.to_string()),
         ];
-        let mut attempt = 0;
-        let body: SeriesResponse = loop {
-            let sent = self.http.post(&url).form(&form).send().await;
-            let failed = match sent {
-                Ok(r) if matches!(r.status().as_u16(), 401 | 403) => {
-                    // Credentials do not get better by retrying.
-                    return Err(UsageError::Unavailable {
-                        url: self.settings.url.clone(),
-                        message: format!(
-                            "HTTP {} from {url}: check the bearer token or basic auth settings",
-                            r.status()
-                        ),
-                    });
-                }
-                Ok(r) => {
-                    let status = r.status();
-                    match r.json::<SeriesResponse>().await {
-                        Ok(b) => break b,
-                        Err(e) if status.is_success() => e.to_string(),
-                        Err(_) => format!("HTTP {status} from {url}"),
-                    }
-                }
-                Err(e) => e.to_string(),
-            };
-            if attempt >= self.settings.retries {
-                return Err(UsageError::Unavailable {
-                    url: self.settings.url.clone(),
-                    message: format!("{failed} (after {} retries)", self.settings.retries),
-                });
-            }
-            attempt += 1;
-            tracing::warn!(error = %failed, attempt, "prometheus series request failed; retrying");
-            tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
-        };
-        if body.status != "success" {
-            return Err(UsageError::Query {
-                url: self.settings.url.clone(),
-                query: selector,
-                message: body.error.unwrap_or(body.status),
-            });
-        }
-        let mut keys: Vec<ContainerKey> = body
-            .data
+        let series: Vec<Labels> = self.call("/api/v1/series", &form, &selector).await?;
+        let mut keys: Vec<ContainerKey> = series
             .iter()
             .filter_map(|labels| key_of(labels, &self.settings.labels))
             .collect();
@@ -566,18 +658,25 @@ impl UsageSource for PrometheusSource {
         query: &UsageQuery,
         sink: &mut S,
     ) -> Result<ReadStats, UsageError> {
-        if query.end <= query.start || query.step <= 0 {
-            return Err(settings_error(format!(
-                "empty window {}..{} or step {}",
-                query.start, query.end, query.step
-            )));
-        }
+        // Bounded first: the plan's size follows from the window and the step.
+        query.check()?;
         let containers = self.containers(query).await?;
         let plan = self.plan(&containers, query);
+        if plan.len() > MAX_QUERIES_PER_READ {
+            return Err(settings_error(format!(
+                "reading {} container series over {}s at a {}s step would take {} queries, \
+                 more than the {MAX_QUERIES_PER_READ} one read may issue: shorten the \
+                 history, lengthen the step or raise the points per query",
+                containers.len(),
+                query.end - query.start,
+                query.step,
+                plan.len()
+            )));
+        }
         let mut stats = ReadStats {
             queries: 1 + plan.len(),
             series: containers.len(),
-            samples: 0,
+            ..ReadStats::default()
         };
         let interval = self.memory_interval(query);
         let permits = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
@@ -597,25 +696,33 @@ impl UsageSource for PrometheusSource {
                 url: self.settings.url.clone(),
                 message: format!("query task failed: {e}"),
             })?;
-            let Data::Matrix(series) = data? else {
+            let data = data?;
+            if data.result_type != "matrix" {
                 return Err(UsageError::Query {
                     url: self.settings.url.clone(),
                     query: promql,
-                    message: "expected a range vector".to_string(),
+                    message: format!("expected a range vector, got {:?}", data.result_type),
                 });
-            };
+            }
             let mut buf: Vec<(i64, f64)> = Vec::new();
-            for s in series {
-                let Some(key) = key_of(s.metric(), &self.settings.labels) else {
+            for s in data.result {
+                let Some(key) = key_of(&s.metric, &self.settings.labels) else {
                     continue;
                 };
                 buf.clear();
-                buf.extend(
-                    s.samples()
-                        .iter()
-                        .map(|p| (p.timestamp() as i64, p.value()))
-                        .filter(|(_, v)| v.is_finite()),
-                );
+                let plausible = match metric {
+                    Metric::Cpu => super::plausible_cpu,
+                    Metric::Memory => super::plausible_memory,
+                    Metric::Oom => f64::is_finite,
+                };
+                for (t, v) in &s.values {
+                    // Prometheus writes values as strings ("NaN", "+Inf" included); one
+                    // that does not parse counts as implausible too.
+                    match v.parse::<f64>() {
+                        Ok(v) if plausible(v) => buf.push((*t as i64, v)),
+                        _ => stats.rejected_samples += 1,
+                    }
+                }
                 stats.samples += buf.len() as u64;
                 match metric {
                     Metric::Cpu => sink.cpu(&key, &buf),
