@@ -129,7 +129,11 @@ fn price(node: &Node) -> f64 {
         .expect("a catalog type");
     t.offerings
         .iter()
-        .find(|o| Some(&o.zone) == l.get(labels::ZONE) && Some(o.capacity_type.as_str()) == l.get(labels::CAPACITY_TYPE).map(String::as_str))
+        .find(|o| {
+            Some(&o.zone) == l.get(labels::ZONE)
+                && Some(o.capacity_type.as_str())
+                    == l.get(labels::CAPACITY_TYPE).map(String::as_str)
+        })
         .expect("an offering")
         .price_per_hour
 }
@@ -176,8 +180,16 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
         .map(|n| n.name_any())
         .collect();
     for pod in &all_running {
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).expect("bound");
-        assert!(created.contains(&node), "{} runs on {node}, not a Tailor node", pod.name_any());
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("bound");
+        assert!(
+            created.contains(&node),
+            "{} runs on {node}, not a Tailor node",
+            pod.name_any()
+        );
     }
     assert_eq!(created.len(), claims.len(), "one node per NodeClaim");
     assert!(claims.iter().all(|c| tailor::apis::is_condition_true(
@@ -188,7 +200,11 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
     // Constraints held: zone spread within 1, one anti pod per node, selected pods on D.
     let node_by_name: BTreeMap<String, &Node> = nodes.iter().map(|n| (n.name_any(), n)).collect();
     let label_of = |pod: &Pod, key: &str| {
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
         node_by_name
             .get(&node)
             .and_then(|n| n.labels().get(key).cloned())
@@ -199,31 +215,50 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
     for pod in &all_running {
         match pod.labels().get("app").map(String::as_str) {
             Some("spread") => *per_zone.entry(label_of(pod, labels::ZONE)).or_default() += 1,
-            Some("anti") => assert!(anti_nodes.insert(pod.spec.as_ref().and_then(|s| s.node_name.clone()))),
-            Some("selected") => assert_eq!(label_of(pod, labels::SKU_FAMILY), "D", "{}", pod.name_any()),
+            Some("anti") => {
+                assert!(anti_nodes.insert(pod.spec.as_ref().and_then(|s| s.node_name.clone())))
+            }
+            Some("selected") => {
+                assert_eq!(label_of(pod, labels::SKU_FAMILY), "D", "{}", pod.name_any())
+            }
             other => panic!("unexpected pod {other:?}"),
         }
     }
     let counts: Vec<usize> = per_zone.values().copied().collect();
     assert_eq!(counts.iter().sum::<usize>(), 90);
-    assert!(counts.len() == 3 && counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "{per_zone:?}");
+    assert!(
+        counts.len() == 3 && counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1,
+        "{per_zone:?}"
+    );
     assert_eq!(anti_nodes.len(), 10);
 
     // Cost within 2% of tailor simulate on the same objects.
-    let cost: f64 = nodes.iter().filter(|n| created.contains(&n.name_any())).map(price).sum();
+    let cost: f64 = nodes
+        .iter()
+        .filter(|n| created.contains(&n.name_any()))
+        .map(price)
+        .sum();
     let (simulated, simulated_nodes) = simulated_cost(&format!("{POOL}\n---\n{workloads}"));
     println!(
         "provisioned {} nodes at {cost:.4} $/hour; tailor simulate plans {simulated_nodes} at {simulated:.4} $/hour (ratio {:.4})",
         created.len(),
         cost / simulated
     );
-    assert!(cost <= simulated * 1.02, "{cost} $/hour against {simulated} simulated\n{}", agent.log());
+    assert!(
+        cost <= simulated * 1.02,
+        "{cost} $/hour against {simulated} simulated\n{}",
+        agent.log()
+    );
 
     // Pending → NodeClaim created: from each pod's creation to its node's claim's.
     let claim_created: BTreeMap<String, jiff::Timestamp> = claims
         .iter()
         .map(|c| {
-            let node = c.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            let node = c
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
             (node, c.creation_timestamp().map(|t| t.0).expect("created"))
         })
         .collect();
@@ -256,18 +291,30 @@ async fn in_recommend_mode_pending_pods_are_reported_with_a_price_and_nothing_is
     cp.apply_yaml(&deployment("web", 6, "1", "2Gi", "")).await;
 
     let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
-    let report = eventually(Duration::from_secs(60), "a WouldProvision event on the NodePool", || async {
-        list(&events)
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("WouldProvision"))
-    })
+    let report = eventually(
+        Duration::from_secs(60),
+        "a WouldProvision event on the NodePool",
+        || async {
+            list(&events)
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("WouldProvision"))
+        },
+    )
     .await;
     let note = report.message.clone().unwrap_or_default();
-    assert!(note.contains("6 pending pod(s)") && note.contains("/hour") && note.contains("nothing launched"), "{note}");
+    assert!(
+        note.contains("6 pending pod(s)")
+            && note.contains("/hour")
+            && note.contains("nothing launched"),
+        "{note}"
+    );
     assert_eq!(report.involved_object.kind.as_deref(), Some("NodePool"));
     let claims: Api<NodeClaim> = Api::all(cp.client.clone());
-    assert!(list(&claims).await.is_empty(), "recommend mode created a NodeClaim");
+    assert!(
+        list(&claims).await.is_empty(),
+        "recommend mode created a NodeClaim"
+    );
 
     // Switching the NodePool to autonomous acts at the next reconcile, without a restart.
     let pools: Api<NodePool> = Api::all(cp.client.clone());
@@ -280,9 +327,11 @@ async fn in_recommend_mode_pending_pods_are_reported_with_a_price_and_nothing_is
         .await
         .expect("annotate nodepool");
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(120), "6 pods Running after the switch", || async {
-        (running(&list(&pods).await) == 6).then_some(())
-    })
+    eventually(
+        Duration::from_secs(120),
+        "6 pods Running after the switch",
+        || async { (running(&list(&pods).await) == 6).then_some(()) },
+    )
     .await;
     assert!(!list(&claims).await.is_empty());
 }
@@ -347,14 +396,32 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
         list(&nodes).await.into_iter().next()
     })
     .await;
-    assert_eq!(first.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("Standard_D8s_v5"));
+    assert_eq!(
+        first
+            .labels()
+            .get(labels::INSTANCE_TYPE)
+            .map(String::as_str),
+        Some("Standard_D8s_v5")
+    );
     let first_claims = list(&claims).await;
     assert_eq!(first_claims.len(), 1);
-    assert_eq!(instance_types_of(&first_claims[0])[0], "Standard_D4s_v5", "planned on the cheaper size first");
-    assert!(agent.metrics().await.contains("tailor_unavailable_offerings 1"), "{}", agent.metrics().await);
+    assert_eq!(
+        instance_types_of(&first_claims[0])[0],
+        "Standard_D4s_v5",
+        "planned on the cheaper size first"
+    );
+    assert!(
+        agent
+            .metrics()
+            .await
+            .contains("tailor_unavailable_offerings 1"),
+        "{}",
+        agent.metrics().await
+    );
 
     // 2. Within the TTL, the next claim does not ask for the failed offering at all.
-    cp.apply_yaml(&deployment("second", 1, "3", "4Gi", "")).await;
+    cp.apply_yaml(&deployment("second", 1, "3", "4Gi", ""))
+        .await;
     let second = eventually(Duration::from_secs(60), "a second claim", || async {
         list(&claims)
             .await
@@ -362,21 +429,36 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
             .find(|c| c.name_any() != first_claims[0].name_any())
     })
     .await;
-    assert_eq!(instance_types_of(&second), ["Standard_D8s_v5"], "the unavailable D4s_v5 was not retried");
+    assert_eq!(
+        instance_types_of(&second),
+        ["Standard_D8s_v5"],
+        "the unavailable D4s_v5 was not retried"
+    );
 
     // 3. After the TTL the offering is tried again (and fails again, so still D8s_v5).
-    eventually(Duration::from_secs(60), "the unavailable offering to expire", || async {
-        let m = agent.metrics().await;
-        (!m.contains("tailor_unavailable_offerings 1")).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the unavailable offering to expire",
+        || async {
+            let m = agent.metrics().await;
+            (!m.contains("tailor_unavailable_offerings 1")).then_some(())
+        },
+    )
     .await;
     cp.apply_yaml(&deployment("third", 1, "3", "4Gi", "")).await;
     let seen: BTreeSet<String> = [first_claims[0].name_any(), second.name_any()].into();
     let third = eventually(Duration::from_secs(60), "a third claim", || async {
-        list(&claims).await.into_iter().find(|c| !seen.contains(&c.name_any()))
+        list(&claims)
+            .await
+            .into_iter()
+            .find(|c| !seen.contains(&c.name_any()))
     })
     .await;
-    assert_eq!(instance_types_of(&third)[0], "Standard_D4s_v5", "retried after the TTL");
+    assert_eq!(
+        instance_types_of(&third)[0],
+        "Standard_D4s_v5",
+        "retried after the TTL"
+    );
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     eventually(Duration::from_secs(60), "3 pods Running", || async {
         (running(&list(&pods).await) == 3).then_some(())
@@ -392,27 +474,48 @@ async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_
     agent.wait_ready().await;
 
     // An unknown requirement operator never reaches the agent: the CRD schema refuses it.
-    let bad_operator = POOL.replace("operator: In, values: [D, E, F]", "operator: Near, values: [D]");
+    let bad_operator = POOL.replace(
+        "operator: In, values: [D, E, F]",
+        "operator: Near, values: [D]",
+    );
     let doc = bad_operator.split("---").nth(1).expect("nodepool document");
-    let message = cp.try_create(doc).await.expect_err("the API server refuses an unknown operator");
+    let message = cp
+        .try_create(doc)
+        .await
+        .expect_err("the API server refuses an unknown operator");
     assert!(message.contains("Near"), "{message}");
     let pools: Api<NodePool> = Api::all(cp.client.clone());
 
     // A negative limit passes the schema; the agent reports it and launches nothing for it.
-    cp.apply_yaml(&POOL.replace("limits: {cpu: \"1000\"}", "limits: {cpu: \"-5\"}")).await;
-    cp.apply_yaml(&deployment("web", 2, "500m", "512Mi", "")).await;
-    let condition = eventually(Duration::from_secs(60), "ValidationSucceeded=False on the pool", || async {
-        let pool = pools.get("default").await.ok()?;
-        pool.status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "ValidationSucceeded" && c.status == "False")
-    })
+    cp.apply_yaml(&POOL.replace("limits: {cpu: \"1000\"}", "limits: {cpu: \"-5\"}"))
+        .await;
+    cp.apply_yaml(&deployment("web", 2, "500m", "512Mi", ""))
+        .await;
+    let condition = eventually(
+        Duration::from_secs(60),
+        "ValidationSucceeded=False on the pool",
+        || async {
+            let pool = pools.get("default").await.ok()?;
+            pool.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "ValidationSucceeded" && c.status == "False")
+        },
+    )
     .await;
-    assert!(condition.message.contains("spec.limits") && condition.message.contains("\"-5\""), "{}", condition.message);
+    assert!(
+        condition.message.contains("spec.limits") && condition.message.contains("\"-5\""),
+        "{}",
+        condition.message
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(list(&claims_api(&cp)).await.is_empty(), "a claim was created for an invalid pool");
-    let health = reqwest::get(format!("{}/readyz", agent.url)).await.expect("readyz");
+    assert!(
+        list(&claims_api(&cp)).await.is_empty(),
+        "a claim was created for an invalid pool"
+    );
+    let health = reqwest::get(format!("{}/readyz", agent.url))
+        .await
+        .expect("readyz");
     assert!(health.status().is_success(), "the agent keeps running");
 
     // Fixed, the same pool provisions.
@@ -425,23 +528,40 @@ async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_
         .await
         .expect("fix the limit");
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(90), "2 pods Running once the pool is fixed", || async {
-        (running(&list(&pods).await) == 2).then_some(())
-    })
+    eventually(
+        Duration::from_secs(90),
+        "2 pods Running once the pool is fixed",
+        || async { (running(&list(&pods).await) == 2).then_some(()) },
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_doubles_or_orphans() {
+async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_doubles_or_orphans()
+{
     let _serial = SERIAL.lock().await;
     let cp = ControlPlane::start().await;
     cp.apply_yaml(POOL).await;
-    let mut first = Agent::start(&cp, "agent-1", &["--mode", "autonomous", "--kwok-launch-delay", "3s"]);
+    let mut first = Agent::start(
+        &cp,
+        "agent-1",
+        &["--mode", "autonomous", "--kwok-launch-delay", "3s"],
+    );
     first.wait_ready().await;
-    let second = Agent::start(&cp, "agent-2", &["--mode", "autonomous", "--kwok-launch-delay", "3s"]);
+    let second = Agent::start(
+        &cp,
+        "agent-2",
+        &["--mode", "autonomous", "--kwok-launch-delay", "3s"],
+    );
     second.wait_ready().await;
-    assert!(first.metrics().await.contains("tailor_leader 1"), "the first agent leads");
-    assert!(second.metrics().await.contains("tailor_leader 0"), "the second follows, ready and warm");
+    assert!(
+        first.metrics().await.contains("tailor_leader 1"),
+        "the first agent leads"
+    );
+    assert!(
+        second.metrics().await.contains("tailor_leader 0"),
+        "the second follows, ready and warm"
+    );
 
     let workloads = format!(
         "{}\n---\n{}",
@@ -451,18 +571,25 @@ async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_
     cp.apply_yaml(&workloads).await;
     let claims = claims_api(&cp);
     // Kill the leader once it has created claims but (launch delay 3 s) not launched them all.
-    eventually(Duration::from_secs(60), "the leader's first NodeClaim", || async {
-        (!list(&claims).await.is_empty()).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the leader's first NodeClaim",
+        || async { (!list(&claims).await.is_empty()).then_some(()) },
+    )
     .await;
     first.kill();
 
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(180), "50 pods Running under the new leader", || async {
-        (running(&list(&pods).await) == 50).then_some(())
-    })
+    eventually(
+        Duration::from_secs(180),
+        "50 pods Running under the new leader",
+        || async { (running(&list(&pods).await) == 50).then_some(()) },
+    )
     .await;
-    assert!(second.metrics().await.contains("tailor_leader 1"), "the second agent took over");
+    assert!(
+        second.metrics().await.contains("tailor_leader 1"),
+        "the second agent took over"
+    );
     // Let garbage collection and lifecycle settle, then compare claims and nodes one to one.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let claims = list(&claims).await;
@@ -473,18 +600,26 @@ async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_
         .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
         .collect();
     let node_names: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
-    assert_eq!(claim_nodes, node_names, "every node has its claim and every claim its node");
+    assert_eq!(
+        claim_nodes, node_names,
+        "every node has its claim and every claim its node"
+    );
     assert_eq!(claims.len(), nodes.len(), "no claim without a node");
     // No double provisioning: every node holds pods, and the total is what one plan buys.
     let all = list(&pods).await;
     for n in &node_names {
         assert!(
-            all.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(n)),
+            all.iter()
+                .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(n)),
             "node {n} was bought for nothing"
         );
     }
     let (_, planned) = simulated_cost(&format!("{POOL}\n---\n{workloads}"));
-    assert!(nodes.len() <= planned + 1, "{} nodes where one plan needs {planned}", nodes.len());
+    assert!(
+        nodes.len() <= planned + 1,
+        "{} nodes where one plan needs {planned}",
+        nodes.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,36 +652,61 @@ spec:
     let running_pods = list(&pods).await;
     let on = |c: &NodeClaim| {
         let node = c.status.as_ref().and_then(|s| s.node_name.clone());
-        running_pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()) == node).count()
+        running_pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()) == node)
+            .count()
     };
-    let victim = list(&claims).await.into_iter().max_by_key(|c| on(c)).expect("a claim");
-    assert!(on(&victim) >= 2, "the drain needs at least two pods to take more than one pass");
-    let node_name = victim.status.as_ref().and_then(|s| s.node_name.clone()).expect("registered");
+    let victim = list(&claims)
+        .await
+        .into_iter()
+        .max_by_key(|c| on(c))
+        .expect("a claim");
+    assert!(
+        on(&victim) >= 2,
+        "the drain needs at least two pods to take more than one pass"
+    );
+    let node_name = victim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("registered");
     claims
         .delete(&victim.name_any(), &Default::default())
         .await
         .expect("delete the claim");
     let nodes: Api<Node> = Api::all(cp.client.clone());
-    eventually(Duration::from_secs(30), "the node cordoned for the drain", || async {
-        let n = nodes.get(&node_name).await.ok()?;
-        n.spec?
-            .taints?
-            .iter()
-            .any(|t| t.key == labels::DISRUPTED_TAINT_KEY)
-            .then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the node cordoned for the drain",
+        || async {
+            let n = nodes.get(&node_name).await.ok()?;
+            n.spec?
+                .taints?
+                .iter()
+                .any(|t| t.key == labels::DISRUPTED_TAINT_KEY)
+                .then_some(())
+        },
+    )
     .await;
     agent.kill();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(nodes.get(&node_name).await.is_ok(), "the node outlived the agent");
+    assert!(
+        nodes.get(&node_name).await.is_ok(),
+        "the node outlived the agent"
+    );
 
     let restarted = Agent::start(&cp, "agent-drain-2", &["--mode", "autonomous"]);
     restarted.wait_ready().await;
-    eventually(Duration::from_secs(120), "the drained node and its claim gone", || async {
-        let gone_node = nodes.get_opt(&node_name).await.ok()?.is_none();
-        let gone_claim = claims.get_opt(&victim.name_any()).await.ok()?.is_none();
-        (gone_node && gone_claim).then_some(())
-    })
+    eventually(
+        Duration::from_secs(120),
+        "the drained node and its claim gone",
+        || async {
+            let gone_node = nodes.get_opt(&node_name).await.ok()?.is_none();
+            let gone_claim = claims.get_opt(&victim.name_any()).await.ok()?.is_none();
+            (gone_node && gone_claim).then_some(())
+        },
+    )
     .await;
     eventually(Duration::from_secs(120), "4 pods Running again", || async {
         (running(&list(&pods).await) == 4).then_some(())
@@ -591,7 +751,8 @@ spec:
 "#;
 
 async fn scale(cp: &ControlPlane, name: &str, replicas: i32) {
-    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(cp.client.clone(), "default");
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(cp.client.clone(), "default");
     api.patch(
         name,
         &kube::api::PatchParams::default(),
@@ -603,7 +764,10 @@ async fn scale(cp: &ControlPlane, name: &str, replicas: i32) {
 
 fn ready_count(pods: &[Pod], app: &str) -> usize {
     pods.iter()
-        .filter(|p| p.labels().get("app").map(String::as_str) == Some(app) && p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.labels().get("app").map(String::as_str) == Some(app)
+                && p.metadata.deletion_timestamp.is_none()
+        })
         .filter(|p| {
             p.status
                 .as_ref()
@@ -624,7 +788,8 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
     cp.apply_yaml(EAGER_POOL).await;
     let agent = Agent::start(&cp, "agent-consolidate", &["--mode", "autonomous"]);
     agent.wait_ready().await;
-    cp.apply_yaml(&deployment("web", 24, "1500m", "2Gi", "")).await;
+    cp.apply_yaml(&deployment("web", 24, "1500m", "2Gi", ""))
+        .await;
     cp.apply_yaml(
         r#"
 apiVersion: policy/v1
@@ -647,14 +812,22 @@ spec:
         "    metadata: {labels: {app: keep}, annotations: {tailor.sh/do-not-disrupt: \"true\"}}",
     );
     cp.apply_yaml(&keep).await;
-    let kept = eventually(Duration::from_secs(60), "the do-not-disrupt pod Running", || async {
-        list(&pods).await.into_iter().find(|p| {
-            p.labels().get("app").map(String::as_str) == Some("keep")
-                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        })
-    })
+    let kept = eventually(
+        Duration::from_secs(60),
+        "the do-not-disrupt pod Running",
+        || async {
+            list(&pods).await.into_iter().find(|p| {
+                p.labels().get("app").map(String::as_str) == Some("keep")
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+        },
+    )
     .await;
-    let kept_node = kept.spec.as_ref().and_then(|s| s.node_name.clone()).expect("bound");
+    let kept_node = kept
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("bound");
     let nodes: Api<Node> = Api::all(cp.client.clone());
     let before = list(&nodes).await;
     let cost_before = node_cost(&before);
@@ -687,12 +860,28 @@ spec:
         before.len(),
         after.len()
     );
-    assert!(cost_after < cost_before * 0.6, "{cost_before} -> {cost_after}\n{}", agent.log());
+    assert!(
+        cost_after < cost_before * 0.6,
+        "{cost_before} -> {cost_after}\n{}",
+        agent.log()
+    );
     assert!(lowest >= 5, "the PDB was violated: {lowest} ready");
-    let still = pods.get(&kept.name_any()).await.expect("the do-not-disrupt pod is never evicted");
+    let still = pods
+        .get(&kept.name_any())
+        .await
+        .expect("the do-not-disrupt pod is never evicted");
     assert_eq!(still.uid(), kept.uid());
-    assert!(after.iter().any(|n| n.name_any() == kept_node), "its node is kept");
-    assert!(agent.metrics().await.contains("tailor_disruption_decisions_total{method="), "decisions counted");
+    assert!(
+        after.iter().any(|n| n.name_any() == kept_node),
+        "its node is kept"
+    );
+    assert!(
+        agent
+            .metrics()
+            .await
+            .contains("tailor_disruption_decisions_total{method="),
+        "decisions counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -703,7 +892,8 @@ async fn recommend_only_disruption_reports_and_touches_nothing_until_the_pool_tu
     // Nodes are bought in autonomous mode; then the pool alone is switched to recommend.
     let agent = Agent::start(&cp, "agent-rec", &["--mode", "autonomous"]);
     agent.wait_ready().await;
-    cp.apply_yaml(&deployment("web", 12, "1500m", "2Gi", "")).await;
+    cp.apply_yaml(&deployment("web", 12, "1500m", "2Gi", ""))
+        .await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     eventually(Duration::from_secs(120), "12 pods Running", || async {
         (running(&list(&pods).await) == 12).then_some(())
@@ -725,7 +915,8 @@ async fn recommend_only_disruption_reports_and_touches_nothing_until_the_pool_tu
     };
     annotate("recommend").await;
     let claims = claims_api(&cp);
-    let claims_before: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
+    let claims_before: BTreeSet<String> =
+        list(&claims).await.iter().map(|c| c.name_any()).collect();
     scale(&cp, "web", 2).await;
 
     let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
@@ -737,20 +928,41 @@ async fn recommend_only_disruption_reports_and_touches_nothing_until_the_pool_tu
     })
     .await;
     let note = report.message.unwrap_or_default();
-    assert!(note.contains("saving $") && note.contains("nothing done"), "{note}");
-    assert!(agent.metrics().await.contains("mode=\"recommend\""), "the decision is counted as a recommendation");
+    assert!(
+        note.contains("saving $") && note.contains("nothing done"),
+        "{note}"
+    );
+    assert!(
+        agent.metrics().await.contains("mode=\"recommend\""),
+        "the decision is counted as a recommendation"
+    );
     tokio::time::sleep(Duration::from_secs(20)).await;
     let claims_now: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
-    assert_eq!(claims_now, claims_before, "recommend mode deleted or created a NodeClaim");
-    assert!(agent.metrics().await.contains("tailor_evictions_total 0"), "recommend mode evicted");
-    assert!(list(&claims).await.iter().all(|c| c.metadata.deletion_timestamp.is_none()));
+    assert_eq!(
+        claims_now, claims_before,
+        "recommend mode deleted or created a NodeClaim"
+    );
+    assert!(
+        agent.metrics().await.contains("tailor_evictions_total 0"),
+        "recommend mode evicted"
+    );
+    assert!(
+        list(&claims)
+            .await
+            .iter()
+            .all(|c| c.metadata.deletion_timestamp.is_none())
+    );
 
     // The same agent acts as soon as the pool turns autonomous.
     annotate("autonomous").await;
-    eventually(Duration::from_secs(180), "a node removed after the switch", || async {
-        let now: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
-        (now.len() < claims_before.len()).then_some(())
-    })
+    eventually(
+        Duration::from_secs(180),
+        "a node removed after the switch",
+        || async {
+            let now: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
+            (now.len() < claims_before.len()).then_some(())
+        },
+    )
     .await;
 }
 
@@ -779,13 +991,20 @@ async fn drifted_nodes_are_replaced_and_the_replacement_is_ready_before_the_drai
         }
     }
     pool.metadata.managed_fields = None;
-    pools.replace("default", &Default::default(), &pool).await.expect("update pool");
+    pools
+        .replace("default", &Default::default(), &pool)
+        .await
+        .expect("update pool");
 
     // Throughout: an old node is only drained once an E node is Initialized.
     let claims = claims_api(&cp);
     let start = std::time::Instant::now();
     loop {
-        assert!(start.elapsed() < Duration::from_secs(240), "drift not replaced\n{}", agent.log());
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "drift not replaced\n{}",
+            agent.log()
+        );
         let listed_nodes = list(&nodes).await;
         let listed_claims = list(&claims).await;
         let ready_e = listed_claims.iter().any(|c| {
@@ -793,7 +1012,10 @@ async fn drifted_nodes_are_replaced_and_the_replacement_is_ready_before_the_drai
                 || listed_nodes.iter().any(|n| {
                     Some(n.name_any()) == c.status.as_ref().and_then(|s| s.node_name.clone())
                         && n.labels().get(labels::SKU_FAMILY).map(String::as_str) == Some("E")
-                        && tailor::apis::is_condition_true(&c.status.clone().unwrap_or_default().conditions, "Initialized")
+                        && tailor::apis::is_condition_true(
+                            &c.status.clone().unwrap_or_default().conditions,
+                            "Initialized",
+                        )
                 })
         });
         // Draining starts when an old node's claim is deleted (its termination evicts).
@@ -805,7 +1027,10 @@ async fn drifted_nodes_are_replaced_and_the_replacement_is_ready_before_the_drai
                     .is_some_and(|n| old.contains(n))
         });
         let old_gone = listed_nodes.iter().all(|n| !old.contains(&n.name_any()));
-        assert!(!draining || ready_e || old_gone, "an old node is drained before its replacement is ready");
+        assert!(
+            !draining || ready_e || old_gone,
+            "an old node is drained before its replacement is ready"
+        );
         if old_gone && running(&list(&pods).await) == 3 {
             break;
         }

@@ -80,7 +80,9 @@ pub enum Progress {
 
 /// Decides the next step of a command in flight. Pure.
 pub fn progress(cmd: &InFlight, now: Timestamp, ttl: SignedDuration) -> Progress {
-    let age = cmd.started.map_or(SignedDuration::ZERO, |s| now.duration_since(s));
+    let age = cmd
+        .started
+        .map_or(SignedDuration::ZERO, |s| now.duration_since(s));
     if cmd.replacements.len() < cmd.needed {
         return if age >= ORPHANED_COMMAND {
             Progress::Undo(format!(
@@ -104,7 +106,10 @@ pub fn progress(cmd: &InFlight, now: Timestamp, ttl: SignedDuration) -> Progress
 /// Commands in flight, read from the NodeClaims' annotations.
 pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
     let mut by_id: BTreeMap<String, InFlight> = BTreeMap::new();
-    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+    for c in claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+    {
         let a = c.annotations();
         if let Some(id) = a.get(COMMAND_ANNOTATION) {
             let entry = by_id.entry(id.clone()).or_insert_with(|| InFlight {
@@ -115,7 +120,10 @@ pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
                 started: None,
             });
             entry.old.push(c.name_any());
-            entry.needed = a.get(REPLACEMENTS_ANNOTATION).and_then(|n| n.parse().ok()).unwrap_or(0);
+            entry.needed = a
+                .get(REPLACEMENTS_ANNOTATION)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
             let marked = c
                 .annotations()
                 .get(STARTED_ANNOTATION)
@@ -126,12 +134,18 @@ pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
             };
         }
     }
-    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+    for c in claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+    {
         if let Some(id) = c.annotations().get(REPLACES_ANNOTATION)
             && let Some(cmd) = by_id.get_mut(id)
         {
             let ready = is_condition_true(
-                &c.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
+                &c.status
+                    .as_ref()
+                    .map(|s| s.conditions.clone())
+                    .unwrap_or_default(),
                 condition::INITIALIZED,
             );
             cmd.replacements.push((c.name_any(), ready));
@@ -168,15 +182,22 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             validating = None;
             continue;
         };
-        let pools: BTreeMap<String, &NodePool> = snapshot.node_pools.iter().map(|p| (p.name_any(), p)).collect();
+        let pools: BTreeMap<String, &NodePool> = snapshot
+            .node_pools
+            .iter()
+            .map(|p| (p.name_any(), p))
+            .collect();
         let pool = pool_of(&snapshot, &decision).and_then(|p| pools.get(&p).copied());
         if ctx.mode_for(pool) == Mode::RecommendOnly {
             validating = None;
             let key = format!("{:?}:{}", decision.method, decision.nodes.join(","));
-            let due = reported.get(&key).is_none_or(|t| now.duration_since(*t) >= REPORT_AGAIN);
+            let due = reported
+                .get(&key)
+                .is_none_or(|t| now.duration_since(*t) >= REPORT_AGAIN);
             if due {
                 reported.insert(key, now);
-                ctx.metrics.disruption_decision(method_name(&decision), "recommend");
+                ctx.metrics
+                    .disruption_decision(method_name(&decision), "recommend");
                 if let Some(pool) = pool {
                     ctx.writer
                         .event(
@@ -198,7 +219,9 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             continue;
         }
         match &validating {
-            Some((since, pending)) if pending.nodes == decision.nodes && pending.method == decision.method => {
+            Some((since, pending))
+                if pending.nodes == decision.nodes && pending.method == decision.method =>
+            {
                 if now.duration_since(*since) >= VALIDATION_DELAY {
                     validating = None;
                     if let Err(e) = start(&ctx, &snapshot, &decision, now).await {
@@ -233,13 +256,19 @@ fn pool_of(snapshot: &Snapshot, decision: &Decision) -> Option<String> {
 }
 
 /// The first decision on the cluster now, over Tailor's initialized nodes.
-async fn decide<C: CloudProvider>(ctx: &Context<C>, snapshot: &Snapshot, now: Timestamp) -> Option<Decision> {
+async fn decide<C: CloudProvider>(
+    ctx: &Context<C>,
+    snapshot: &Snapshot,
+    now: Timestamp,
+) -> Option<Decision> {
     let types = ctx.instance_types().await.ok()?;
     // Nodes still launching or initializing are not candidates, and pods pending for them
     // are the provisioner's.
     let mut view = snapshot.clone();
-    view.pods.retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
-    view.node_pools.retain(|p| super::provisioning::validate_pool(p).is_ok());
+    view.pods
+        .retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+    view.node_pools
+        .retain(|p| super::provisioning::validate_pool(p).is_ok());
     let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second()).ok()?;
     let settings = disruption::Settings {
         all: false,
@@ -247,17 +276,26 @@ async fn decide<C: CloudProvider>(ctx: &Context<C>, snapshot: &Snapshot, now: Ti
     };
     let started = std::time::Instant::now();
     let report = disruption::evaluate(&cluster, &settings);
-    ctx.metrics.observe_decision("consolidation", started.elapsed().as_secs_f64());
+    ctx.metrics
+        .observe_decision("consolidation", started.elapsed().as_secs_f64());
     report.decisions.into_iter().next()
 }
 
 /// Marks the old claims and creates the replacements.
-async fn start<C: CloudProvider>(ctx: &Context<C>, snapshot: &Snapshot, decision: &Decision, now: Timestamp) -> Result<(), String> {
+async fn start<C: CloudProvider>(
+    ctx: &Context<C>,
+    snapshot: &Snapshot,
+    decision: &Decision,
+    now: Timestamp,
+) -> Result<(), String> {
     let types = ctx.instance_types().await?;
     let mut view = snapshot.clone();
-    view.pods.retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
-    view.node_pools.retain(|p| super::provisioning::validate_pool(p).is_ok());
-    let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second()).map_err(|e| e.to_string())?;
+    view.pods
+        .retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+    view.node_pools
+        .retain(|p| super::provisioning::validate_pool(p).is_ok());
+    let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second())
+        .map_err(|e| e.to_string())?;
     let settings = disruption::Settings {
         all: false,
         ..disruption::Settings::default()
@@ -275,17 +313,27 @@ async fn start<C: CloudProvider>(ctx: &Context<C>, snapshot: &Snapshot, decision
         })
         .collect();
     if claims.len() != decision.nodes.len() {
-        return Err(format!("not every node of {:?} has a NodeClaim", decision.nodes));
+        return Err(format!(
+            "not every node of {:?} has a NodeClaim",
+            decision.nodes
+        ));
     }
-    ctx.metrics.disruption_decision(method_name(decision), "autonomous");
+    ctx.metrics
+        .disruption_decision(method_name(decision), "autonomous");
     tracing::info!(command = %id, method = method_name(decision), nodes = ?decision.nodes, replacements = plan.node_claims.len(), savings = decision.savings_per_hour, "disrupting");
     // 1. Mark and taint the old nodes: nothing new lands there from now on.
     for claim in &claims {
         let marks = BTreeMap::from([
             (COMMAND_ANNOTATION, Some(id.clone())),
-            (REPLACEMENTS_ANNOTATION, Some(plan.node_claims.len().to_string())),
+            (
+                REPLACEMENTS_ANNOTATION,
+                Some(plan.node_claims.len().to_string()),
+            ),
             (STARTED_ANNOTATION, Some(now.to_string())),
-            (labels::TERMINATION_REASON_ANNOTATION, Some(method_name(decision).to_string())),
+            (
+                labels::TERMINATION_REASON_ANNOTATION,
+                Some(method_name(decision).to_string()),
+            ),
         ]);
         ctx.writer
             .annotate_node_claim(&claim.name_any(), &marks)
@@ -300,20 +348,33 @@ async fn start<C: CloudProvider>(ctx: &Context<C>, snapshot: &Snapshot, decision
         }
     }
     // 2. Replacements, created as NodeClaims and launched by the lifecycle controller.
-    let pools: BTreeMap<String, &NodePool> = snapshot.node_pools.iter().map(|p| (p.name_any(), p)).collect();
+    let pools: BTreeMap<String, &NodePool> = snapshot
+        .node_pools
+        .iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
     for planned in &plan.node_claims {
         let pool = pools
             .get(&planned.node_pool)
             .ok_or_else(|| format!("nodepool {} is gone", planned.node_pool))?;
         let mut claim = node_claim_for(planned, pool, snapshot);
-        claim.annotations_mut().insert(REPLACES_ANNOTATION.to_string(), id.clone());
-        ctx.writer.apply_node_claim(&claim).await.map_err(|e| e.to_string())?;
+        claim
+            .annotations_mut()
+            .insert(REPLACES_ANNOTATION.to_string(), id.clone());
+        ctx.writer
+            .apply_node_claim(&claim)
+            .await
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
 async fn taint<C: CloudProvider>(ctx: &Context<C>, node: &Node, on: bool) -> Result<(), String> {
-    let mut taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let mut taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
     let has = taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY);
     if on == has {
         return Ok(());
@@ -334,12 +395,19 @@ async fn taint<C: CloudProvider>(ctx: &Context<C>, node: &Node, on: bool) -> Res
 }
 
 /// Moves a command in flight one step.
-async fn advance<C: CloudProvider>(ctx: &Context<C>, cmd: &InFlight, now: Timestamp) -> Result<(), String> {
+async fn advance<C: CloudProvider>(
+    ctx: &Context<C>,
+    cmd: &InFlight,
+    now: Timestamp,
+) -> Result<(), String> {
     match progress(cmd, now, ctx.settings.registration_ttl) {
         Progress::Wait => Ok(()),
         Progress::Finish => {
             for old in &cmd.old {
-                ctx.writer.delete_node_claim(old).await.map_err(|e| e.to_string())?;
+                ctx.writer
+                    .delete_node_claim(old)
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             // The replacements are ordinary nodes from now on.
             for (name, _) in &cmd.replacements {
@@ -355,23 +423,32 @@ async fn advance<C: CloudProvider>(ctx: &Context<C>, cmd: &InFlight, now: Timest
             tracing::warn!(command = %cmd.id, %why, "undoing disruption command");
             for (name, ready) in &cmd.replacements {
                 if !ready {
-                    ctx.writer.delete_node_claim(name).await.map_err(|e| e.to_string())?;
+                    ctx.writer
+                        .delete_node_claim(name)
+                        .await
+                        .map_err(|e| e.to_string())?;
                 }
             }
             let claims = ctx.state.node_claims.state();
             let nodes = ctx.state.nodes.state();
             for old in &cmd.old {
-                let Some(claim) = claims.iter().find(|c| &c.name_any() == old) else { continue };
-                if let Some(node) = nodes
-                    .iter()
-                    .find(|n| Some(n.name_any()) == claim.status.as_ref().and_then(|s| s.node_name.clone()))
-                {
+                let Some(claim) = claims.iter().find(|c| &c.name_any() == old) else {
+                    continue;
+                };
+                if let Some(node) = nodes.iter().find(|n| {
+                    Some(n.name_any()) == claim.status.as_ref().and_then(|s| s.node_name.clone())
+                }) {
                     taint(ctx, node, false).await?;
                 }
-                let cleared = [COMMAND_ANNOTATION, REPLACEMENTS_ANNOTATION, STARTED_ANNOTATION, labels::TERMINATION_REASON_ANNOTATION]
-                    .into_iter()
-                    .map(|k| (k, None))
-                    .collect();
+                let cleared = [
+                    COMMAND_ANNOTATION,
+                    REPLACEMENTS_ANNOTATION,
+                    STARTED_ANNOTATION,
+                    labels::TERMINATION_REASON_ANNOTATION,
+                ]
+                .into_iter()
+                .map(|k| (k, None))
+                .collect();
                 ctx.writer
                     .annotate_node_claim(old, &cleared)
                     .await
@@ -395,7 +472,11 @@ mod tests {
             id: "single-1".to_string(),
             old: vec!["old".to_string()],
             needed,
-            replacements: replacements.iter().enumerate().map(|(i, r)| (format!("r{i}"), *r)).collect(),
+            replacements: replacements
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("r{i}"), *r))
+                .collect(),
             started: Some(t(0)),
         }
     }
@@ -404,18 +485,34 @@ mod tests {
 
     #[test]
     fn old_nodes_go_only_once_every_replacement_is_initialized() {
-        assert_eq!(progress(&cmd(0, &[]), t(1), TTL), Progress::Finish, "a deletion needs none");
+        assert_eq!(
+            progress(&cmd(0, &[]), t(1), TTL),
+            Progress::Finish,
+            "a deletion needs none"
+        );
         assert_eq!(progress(&cmd(1, &[false]), t(30), TTL), Progress::Wait);
-        assert_eq!(progress(&cmd(2, &[true, false]), t(30), TTL), Progress::Wait);
-        assert_eq!(progress(&cmd(2, &[true, true]), t(30), TTL), Progress::Finish);
+        assert_eq!(
+            progress(&cmd(2, &[true, false]), t(30), TTL),
+            Progress::Wait
+        );
+        assert_eq!(
+            progress(&cmd(2, &[true, true]), t(30), TTL),
+            Progress::Finish
+        );
     }
 
     #[test]
     fn a_command_left_half_made_by_a_crash_is_undone() {
         // Marked, but the replacement was never created: undone after a minute.
         assert_eq!(progress(&cmd(1, &[]), t(30), TTL), Progress::Wait);
-        assert!(matches!(progress(&cmd(1, &[]), t(61), TTL), Progress::Undo(_)));
+        assert!(matches!(
+            progress(&cmd(1, &[]), t(61), TTL),
+            Progress::Undo(_)
+        ));
         // Replacement never became ready: undone after the registration TTL.
-        assert!(matches!(progress(&cmd(1, &[false]), t(15 * 60), TTL), Progress::Undo(_)));
+        assert!(matches!(
+            progress(&cmd(1, &[false]), t(15 * 60), TTL),
+            Progress::Undo(_)
+        ));
     }
 }

@@ -156,7 +156,12 @@ fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
         }
     }
     round.first_seen.retain(|uid, _| pending_uids.contains(uid));
-    let pending_keys: BTreeSet<String> = snapshot.pods.iter().filter(|p| is_provisionable(p)).map(key).collect();
+    let pending_keys: BTreeSet<String> = snapshot
+        .pods
+        .iter()
+        .filter(|p| is_provisionable(p))
+        .map(key)
+        .collect();
     round.covered.retain(|k, _| pending_keys.contains(k));
     round.told.retain(|(uid, _)| pending_uids.contains(uid));
     if !uncovered.is_empty() && uncovered != round.uncovered {
@@ -220,6 +225,7 @@ async fn provision<C: CloudProvider>(
         &Options {
             cost_aware: true,
             name_prefix: format!("p{suffix:08x}-"),
+            ..Options::default()
         },
     );
     ctx.metrics
@@ -227,7 +233,11 @@ async fn provision<C: CloudProvider>(
     tracing::debug!(
         pending = input.pending.len(),
         new_nodes = plan.node_claims.len(),
-        on_existing = plan.existing_nodes.iter().map(|e| e.pods.len()).sum::<usize>(),
+        on_existing = plan
+            .existing_nodes
+            .iter()
+            .map(|e| e.pods.len())
+            .sum::<usize>(),
         unschedulable = plan.unschedulable.len(),
         "planned pending pods"
     );
@@ -236,7 +246,12 @@ async fn provision<C: CloudProvider>(
 
 /// Records the verdict as the pool's `ValidationSucceeded` condition (only when it changes),
 /// with an Event when the pool is invalid: nothing is launched for an invalid pool.
-async fn report_validation<C: CloudProvider>(ctx: &Context<C>, pool: &NodePool, verdict: &Result<(), String>, now: Timestamp) {
+async fn report_validation<C: CloudProvider>(
+    ctx: &Context<C>,
+    pool: &NodePool,
+    verdict: &Result<(), String>,
+    now: Timestamp,
+) {
     use crate::apis::nodepool::condition::VALIDATION_SUCCEEDED;
     let mut status = pool.status.clone().unwrap_or_default();
     let (ok, reason, message) = match verdict {
@@ -253,10 +268,20 @@ async fn report_validation<C: CloudProvider>(ctx: &Context<C>, pool: &NodePool, 
     if !ok {
         tracing::warn!(nodepool = %pool.name_any(), %message, "nodepool is invalid; nothing is launched for it");
         ctx.writer
-            .event(&reference(pool), EventType::Warning, "InvalidNodePool", "Validate", message)
+            .event(
+                &reference(pool),
+                EventType::Warning,
+                "InvalidNodePool",
+                "Validate",
+                message,
+            )
             .await;
     }
-    if let Err(e) = ctx.writer.apply_node_pool_status(&pool.name_any(), &status).await {
+    if let Err(e) = ctx
+        .writer
+        .apply_node_pool_status(&pool.name_any(), &status)
+        .await
+    {
         tracing::warn!(nodepool = %pool.name_any(), error = %e, "recording nodepool validation failed");
     }
 }

@@ -219,7 +219,11 @@ impl Writer {
     }
 
     /// Sets (`Some`) or removes (`None`) annotations of a NodeClaim.
-    pub async fn annotate_node_claim(&self, name: &str, annotations: &BTreeMap<&str, Option<String>>) -> Result<()> {
+    pub async fn annotate_node_claim(
+        &self,
+        name: &str,
+        annotations: &BTreeMap<&str, Option<String>>,
+    ) -> Result<()> {
         let what = || format!("annotate nodeclaim {name}");
         self.check(what)?;
         let body = json!({"metadata": {"annotations": annotations}});

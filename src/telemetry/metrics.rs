@@ -287,7 +287,10 @@ impl Metrics {
 
     /// Counts a disruption decision taken (autonomous) or reported (recommend).
     pub fn disruption_decision(&self, method: &str, mode: &str) {
-        let l: Labels = vec![(label::METHOD, method.to_string()), (label::MODE, mode.to_string())];
+        let l: Labels = vec![
+            (label::METHOD, method.to_string()),
+            (label::MODE, mode.to_string()),
+        ];
         self.disruption_decisions.get_or_create(&l).inc();
         self.otel.disruption_decisions.add(1, &kv(&l));
     }

@@ -35,7 +35,8 @@ impl Drop for ControlPlane {
             .status();
         // A failed test keeps the cluster's and the agents' logs to read.
         if std::thread::panicking() {
-            let kept = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
+            let kept =
+                std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
             eprintln!("control plane logs kept in {}", kept.join("logs").display());
         }
     }
@@ -114,7 +115,9 @@ impl ControlPlane {
             if value.is_null() {
                 continue;
             }
-            create_value(&self.client, value).await.unwrap_or_else(|e| panic!("{e}"));
+            create_value(&self.client, value)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
         }
     }
 
@@ -122,14 +125,6 @@ impl ControlPlane {
     pub async fn try_create(&self, yaml: &str) -> Result<(), String> {
         let value: serde_json::Value = serde_yaml::from_str(yaml).expect("YAML");
         create_value(&self.client, value).await
-    }
-
-    /// Tail of one component's log, for failure messages.
-    pub fn log_tail(&self, component: &str) -> String {
-        let text = std::fs::read_to_string(self.dir().join("logs").join(format!("{component}.log")))
-            .unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
     }
 }
 
@@ -146,7 +141,10 @@ pub async fn client_for(kubeconfig: &Path) -> Client {
 pub async fn create_value(client: &Client, value: serde_json::Value) -> Result<(), String> {
     use kube::api::DynamicObject;
     use kube::discovery::ApiResource;
-    let api_version = value["apiVersion"].as_str().expect("apiVersion").to_string();
+    let api_version = value["apiVersion"]
+        .as_str()
+        .expect("apiVersion")
+        .to_string();
     let kind = value["kind"].as_str().expect("kind").to_string();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
     let plural = format!("{}s", kind.to_lowercase())
@@ -181,7 +179,10 @@ where
         if let Some(v) = probe().await {
             return v;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -191,10 +192,7 @@ pub async fn list<K>(api: &Api<K>) -> Vec<K>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    api.list(&Default::default())
-        .await
-        .expect("list")
-        .items
+    api.list(&Default::default()).await.expect("list").items
 }
 
 /// The `tailor run` agent as a child process; killed when dropped.
