@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_http_query::response::Data;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
@@ -263,22 +264,6 @@ struct ApiResponse<T> {
 
 /// Labels of one series.
 type Labels = std::collections::HashMap<String, String>;
-
-/// `data` of a range query answer.
-#[derive(serde::Deserialize)]
-struct RangeData {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: Vec<RangeSeries>,
-}
-
-/// One series of a range answer: labels and `[unix seconds, "value"]` pairs.
-#[derive(serde::Deserialize)]
-struct RangeSeries {
-    metric: Labels,
-    #[serde(default)]
-    values: Vec<(f64, String)>,
-}
 
 /// How one request failed, and whether trying again can help.
 enum Failure {
@@ -618,7 +603,9 @@ impl PrometheusSource {
         })
     }
 
-    async fn range(&self, q: &PlannedQuery) -> Result<RangeData, UsageError> {
+    /// One range query; the answer's `data` is decoded into prometheus-http-query's
+    /// response model (the body itself is read here, up to the size cap).
+    async fn range(&self, q: &PlannedQuery) -> Result<Data, UsageError> {
         let form = [
             ("query", q.promql.clone()),
             ("start", q.start.to_string()),
@@ -697,16 +684,24 @@ impl UsageSource for PrometheusSource {
                 message: format!("query task failed: {e}"),
             })?;
             let data = data?;
-            if data.result_type != "matrix" {
-                return Err(UsageError::Query {
-                    url: self.settings.url.clone(),
-                    query: promql,
-                    message: format!("expected a range vector, got {:?}", data.result_type),
-                });
-            }
+            let series = match data {
+                Data::Matrix(series) => series,
+                other => {
+                    let kind = if other.is_vector() {
+                        "an instant vector"
+                    } else {
+                        "a scalar"
+                    };
+                    return Err(UsageError::Query {
+                        url: self.settings.url.clone(),
+                        query: promql,
+                        message: format!("expected a range vector, got {kind}"),
+                    });
+                }
+            };
             let mut buf: Vec<(i64, f64)> = Vec::new();
-            for s in data.result {
-                let Some(key) = key_of(&s.metric, &self.settings.labels) else {
+            for s in series {
+                let Some(key) = key_of(s.metric(), &self.settings.labels) else {
                     continue;
                 };
                 buf.clear();
@@ -715,12 +710,14 @@ impl UsageSource for PrometheusSource {
                     Metric::Memory => super::plausible_memory,
                     Metric::Oom => f64::is_finite,
                 };
-                for (t, v) in &s.values {
-                    // Prometheus writes values as strings ("NaN", "+Inf" included); one
-                    // that does not parse counts as implausible too.
-                    match v.parse::<f64>() {
-                        Ok(v) if plausible(v) => buf.push((*t as i64, v)),
-                        _ => stats.rejected_samples += 1,
+                // Prometheus writes values as strings; "NaN" and "+Inf" arrive as such and
+                // are counted with the other implausible samples.
+                for sample in s.samples() {
+                    let v = sample.value();
+                    if plausible(v) {
+                        buf.push((sample.timestamp() as i64, v));
+                    } else {
+                        stats.rejected_samples += 1;
                     }
                 }
                 stats.samples += buf.len() as u64;
