@@ -192,10 +192,24 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
         );
     }
     assert_eq!(created.len(), claims.len(), "one node per NodeClaim");
-    assert!(claims.iter().all(|c| tailor::apis::is_condition_true(
-        &c.status.clone().unwrap_or_default().conditions,
-        "Initialized"
-    )));
+    // Pods may bind the moment a node is Ready; the claim's Initialized follows within a pass.
+    eventually(
+        Duration::from_secs(30),
+        "every NodeClaim Initialized",
+        || async {
+            let listed = list(&Api::<NodeClaim>::all(cp.client.clone())).await;
+            listed
+                .iter()
+                .all(|c| {
+                    tailor::apis::is_condition_true(
+                        &c.status.clone().unwrap_or_default().conditions,
+                        "Initialized",
+                    )
+                })
+                .then_some(())
+        },
+    )
+    .await;
 
     // Constraints held: zone spread within 1, one anti pod per node, selected pods on D.
     let node_by_name: BTreeMap<String, &Node> = nodes.iter().map(|n| (n.name_any(), n)).collect();
@@ -391,7 +405,13 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
     let nodes: Api<Node> = Api::all(cp.client.clone());
 
     // 1. Three cores fit a D4s_v5: the claim asks for it first, gets the D8s_v5.
-    cp.apply_yaml(&deployment("first", 1, "3", "4Gi", "")).await;
+    // One pod per node, so every deployment needs a claim of its own.
+    let apart = r#"      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - {topologyKey: kubernetes.io/hostname, labelSelector: {matchExpressions: [{key: app, operator: In, values: [first, second, third]}]}}"#;
+    cp.apply_yaml(&deployment("first", 1, "3", "4Gi", apart))
+        .await;
     let first = eventually(Duration::from_secs(60), "the first node", || async {
         list(&nodes).await.into_iter().next()
     })
@@ -420,7 +440,7 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
     );
 
     // 2. Within the TTL, the next claim does not ask for the failed offering at all.
-    cp.apply_yaml(&deployment("second", 1, "3", "4Gi", ""))
+    cp.apply_yaml(&deployment("second", 1, "3", "4Gi", apart))
         .await;
     let second = eventually(Duration::from_secs(60), "a second claim", || async {
         list(&claims)
@@ -445,7 +465,8 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
         },
     )
     .await;
-    cp.apply_yaml(&deployment("third", 1, "3", "4Gi", "")).await;
+    cp.apply_yaml(&deployment("third", 1, "3", "4Gi", apart))
+        .await;
     let seen: BTreeSet<String> = [first_claims[0].name_any(), second.name_any()].into();
     let third = eventually(Duration::from_secs(60), "a third claim", || async {
         list(&claims)

@@ -255,20 +255,42 @@ fn pool_of(snapshot: &Snapshot, decision: &Decision) -> Option<String> {
         .cloned()
 }
 
+/// The snapshot disruption decides over: valid pools only and, of the unbound pods, those the
+/// scheduler gave up on, so that a node they would land on is not taken away under them.
+fn disruption_view(snapshot: &Snapshot) -> Snapshot {
+    let mut view = snapshot.clone();
+    view.pods.retain(|p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+            || super::provisioning::is_provisionable(p)
+    });
+    view.node_pools
+        .retain(|p| super::provisioning::validate_pool(p).is_ok());
+    view
+}
+
 /// The first decision on the cluster now, over Tailor's initialized nodes.
 async fn decide<C: CloudProvider>(
     ctx: &Context<C>,
     snapshot: &Snapshot,
     now: Timestamp,
 ) -> Option<Decision> {
+    // While capacity is still launching the cluster is not settled: pods are on their way to
+    // the new nodes, and a consolidation now would be undone within minutes.
+    let launching = snapshot.node_claims.iter().any(|c| {
+        c.metadata.deletion_timestamp.is_none()
+            && !is_condition_true(
+                &c.status
+                    .as_ref()
+                    .map(|s| s.conditions.clone())
+                    .unwrap_or_default(),
+                condition::INITIALIZED,
+            )
+    });
+    if launching {
+        return None;
+    }
     let types = ctx.instance_types().await.ok()?;
-    // Nodes still launching or initializing are not candidates, and pods pending for them
-    // are the provisioner's.
-    let mut view = snapshot.clone();
-    view.pods
-        .retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
-    view.node_pools
-        .retain(|p| super::provisioning::validate_pool(p).is_ok());
+    let view = disruption_view(snapshot);
     let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second()).ok()?;
     let settings = disruption::Settings {
         all: false,
@@ -289,11 +311,7 @@ async fn start<C: CloudProvider>(
     now: Timestamp,
 ) -> Result<(), String> {
     let types = ctx.instance_types().await?;
-    let mut view = snapshot.clone();
-    view.pods
-        .retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
-    view.node_pools
-        .retain(|p| super::provisioning::validate_pool(p).is_ok());
+    let view = disruption_view(snapshot);
     let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second())
         .map_err(|e| e.to_string())?;
     let settings = disruption::Settings {

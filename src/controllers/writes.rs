@@ -160,10 +160,12 @@ impl Writer {
             .map_err(api_error(what()))
     }
 
-    /// Applies a NodeClaim's status.
+    /// Applies the part of a NodeClaim's status one lifecycle step owns (`step` names the
+    /// field manager, `tailor-<step>`), leaving the other steps' conditions alone.
     pub async fn apply_node_claim_status(
         &self,
         name: &str,
+        step: &str,
         status: &NodeClaimStatus,
     ) -> Result<()> {
         let what = || format!("status of nodeclaim {name}");
@@ -175,7 +177,11 @@ impl Writer {
             "status": status,
         });
         match Api::<NodeClaim>::all(self.client.clone())
-            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .patch_status(
+                name,
+                &PatchParams::apply(&format!("{FIELD_MANAGER}-{step}")).force(),
+                &Patch::Apply(&body),
+            )
             .await
         {
             Ok(_) => Ok(()),

@@ -254,6 +254,12 @@ impl Agent {
         }
     }
 
+    /// The agent's process id (0 once killed).
+    #[allow(dead_code)] // used by the memory bench, not by every test
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// The agent's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

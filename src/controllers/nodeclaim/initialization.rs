@@ -10,7 +10,7 @@ use kube::ResourceExt;
 
 use super::condition;
 use crate::apis::nodeclaim::{condition as cond, reason};
-use crate::apis::{NodeClaim, labels, set_condition};
+use crate::apis::{NodeClaim, NodeClaimStatus, labels, set_condition};
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
 use crate::controllers::writes::Result;
@@ -58,7 +58,8 @@ pub async fn initialize<C: CloudProvider>(
     ctx.writer
         .patch_node(node, &taints, &node_labels, node.finalizers())
         .await?;
-    let mut status = claim.status.clone().unwrap_or_default();
+    // Only what this step owns: other steps' conditions are applied by their own managers.
+    let mut status = NodeClaimStatus::default();
     set_condition(
         &mut status.conditions,
         condition(cond::INITIALIZED, true, reason::INITIALIZED, "", now),
@@ -68,7 +69,7 @@ pub async fn initialize<C: CloudProvider>(
         condition(cond::READY, true, reason::INITIALIZED, "", now),
     );
     ctx.writer
-        .apply_node_claim_status(&claim.name_any(), &status)
+        .apply_node_claim_status(&claim.name_any(), "initialization", &status)
         .await?;
     tracing::info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "initialized");
     Ok(())

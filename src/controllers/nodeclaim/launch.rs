@@ -93,7 +93,8 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
         }
     };
     let now = ctx.clock.now();
-    let mut status = claim.status.clone().unwrap_or_default();
+    // Only what this step owns: other steps' conditions are applied by their own managers.
+    let mut status = NodeClaimStatus::default();
     let request = match launch_request(claim, &types, &ctx.settings.cluster_name) {
         Ok(r) => r,
         Err(message) => {
@@ -101,7 +102,10 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
                 &mut status.conditions,
                 condition(cond::LAUNCHED, false, reason::LAUNCH_FAILED, message, now),
             );
-            let _ = ctx.writer.apply_node_claim_status(&name, &status).await;
+            let _ = ctx
+                .writer
+                .apply_node_claim_status(&name, "launch", &status)
+                .await;
             return;
         }
     };
@@ -161,7 +165,11 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
                     now,
                 ),
             );
-            if let Err(e) = ctx.writer.apply_node_claim_status(&name, &status).await {
+            if let Err(e) = ctx
+                .writer
+                .apply_node_claim_status(&name, "launch", &status)
+                .await
+            {
                 tracing::warn!(nodeclaim = %name, error = %e, "recording the launch failed; the next launch finds the instance");
             }
             tracing::info!(nodeclaim = %name, instance_type = %instance.instance_type, zone = %instance.zone, "launched");
@@ -178,7 +186,10 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
                 &mut status.conditions,
                 condition(cond::LAUNCHED, false, why, e.to_string(), now),
             );
-            let _ = ctx.writer.apply_node_claim_status(&name, &status).await;
+            let _ = ctx
+                .writer
+                .apply_node_claim_status(&name, "launch", &status)
+                .await;
             ctx.writer
                 .event(
                     &reference(claim),
@@ -199,11 +210,6 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
             }
         }
     }
-}
-
-/// Whether the status says the claim launched.
-pub fn is_launched(status: &NodeClaimStatus) -> bool {
-    status.provider_id.is_some()
 }
 
 #[cfg(test)]

@@ -196,8 +196,15 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
                 }
                 Step::AwaitNode | Step::AwaitReady | Step::Steady => Ok(()),
             };
-            if let Err(e) = result {
-                tracing::warn!(nodeclaim = %name, step = ?step, error = %e, "nodeclaim reconcile failed");
+            match result {
+                Ok(()) => {}
+                // The store was behind the API server: the next pass reads the new version.
+                Err(e @ super::writes::WriteError::Conflict { .. }) => {
+                    tracing::debug!(nodeclaim = %name, step = ?step, error = %e, "retrying after a conflict");
+                }
+                Err(e) => {
+                    tracing::warn!(nodeclaim = %name, step = ?step, error = %e, "nodeclaim reconcile failed");
+                }
             }
         }
     }

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use super::condition;
 use crate::apis::nodeclaim::{condition as cond, reason};
-use crate::apis::{NodeClaim, labels, set_condition};
+use crate::apis::{NodeClaim, NodeClaimStatus, labels, set_condition};
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
 use crate::controllers::writes::Result;
@@ -59,7 +59,8 @@ pub async fn register<C: CloudProvider>(
             &finalizers,
         )
         .await?;
-    let mut status = claim.status.clone().unwrap_or_default();
+    // Only what this step owns: other steps' conditions are applied by their own managers.
+    let mut status = NodeClaimStatus::default();
     status.node_name = Some(node.name_any());
     set_condition(
         &mut status.conditions,
@@ -72,7 +73,7 @@ pub async fn register<C: CloudProvider>(
         ),
     );
     ctx.writer
-        .apply_node_claim_status(&claim.name_any(), &status)
+        .apply_node_claim_status(&claim.name_any(), "registration", &status)
         .await?;
     tracing::info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "registered");
     Ok(())

@@ -80,8 +80,8 @@ enum PassError {
 pub async fn terminate<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim, _seen: Timestamp) {
     if let Err(e) = pass(ctx, claim).await {
         match e {
-            PassError::Write(WriteError::EvictionRefused { .. }) => {
-                tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "eviction refused; retrying")
+            PassError::Write(WriteError::EvictionRefused { .. } | WriteError::Conflict { .. }) => {
+                tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "eviction refused or object changed; retrying")
             }
             _ => {
                 tracing::warn!(nodeclaim = %claim.name_any(), error = %e, "termination step failed; retrying")

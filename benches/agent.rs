@@ -1,0 +1,161 @@
+//! Memory of the `tailor run` agent with a large cluster in its stores: 500 nodes and 5,000
+//! pods on a real control plane (built by `scripts/control-plane`), against the same agent
+//! watching an empty cluster in the same run. Prints resident memory (VmRSS and its peak
+//! VmHWM) of both and their ratio; the target for the large cluster is 150 MiB.
+//!
+//! `cargo bench --bench agent`
+
+// The bench uses a part of the end-to-end support.
+#[allow(dead_code)]
+#[path = "../tests/support/control_plane.rs"]
+mod control_plane;
+
+use std::time::{Duration, Instant};
+
+use control_plane::{Agent, ControlPlane, eventually};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, PostParams};
+
+const NODES: usize = 500;
+const PODS_PER_NODE: usize = 10;
+
+fn kib(status: &str, field: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// (VmRSS, VmHWM) of the agent in MiB.
+fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    (
+        kib(&status, "VmRSS:") as f64 / 1024.0,
+        kib(&status, "VmHWM:") as f64 / 1024.0,
+    )
+}
+
+fn node(i: usize) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": format!("bench-{i:04}"),
+            "labels": {
+                "kubernetes.io/hostname": format!("bench-{i:04}"),
+                "node.kubernetes.io/instance-type": "Standard_D8s_v5",
+                "topology.kubernetes.io/zone": format!("eastus-{}", i % 3 + 1),
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux"
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake"}
+        },
+        "spec": {"providerID": format!("kwok://bench-{i:04}")},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "7800m", "memory": "27Gi", "pods": "110"}
+        }
+    }))
+    .expect("node")
+}
+
+fn pod(node: usize, j: usize) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": format!("app-{node:04}-{j:02}"),
+            "namespace": "bench",
+            "labels": {"app": format!("app-{}", (node * PODS_PER_NODE + j) % 200), "tier": "web"}
+        },
+        "spec": {
+            "nodeName": format!("bench-{node:04}"),
+            "containers": [{
+                "name": "app",
+                "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+                "env": [{"name": "MODE", "value": "production"}]
+            }]
+        }
+    }))
+    .expect("pod")
+}
+
+async fn settle(agent: &Agent, pid: u32) -> (f64, f64) {
+    agent.wait_ready().await;
+    // Let the controllers take a few passes over the stores.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    memory(pid)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let cp = ControlPlane::start().await;
+
+    // Baseline: the same agent over an empty cluster.
+    let baseline = Agent::start(&cp, "bench-empty", &["--mode", "recommend"]);
+    let (base_rss, base_hwm) = settle(&baseline, baseline.pid()).await;
+    drop(baseline);
+
+    let started = Instant::now();
+    let namespaces: Api<Namespace> = Api::all(cp.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "bench"}}))
+                .expect("ns"),
+        )
+        .await
+        .expect("namespace");
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "bench");
+    let mut set = tokio::task::JoinSet::new();
+    for chunk in 0..10 {
+        let (nodes, pods) = (nodes.clone(), pods.clone());
+        set.spawn(async move {
+            for i in (chunk * NODES / 10)..((chunk + 1) * NODES / 10) {
+                nodes
+                    .create(&PostParams::default(), &node(i))
+                    .await
+                    .expect("create node");
+                for j in 0..PODS_PER_NODE {
+                    pods.create(&PostParams::default(), &pod(i, j))
+                        .await
+                        .expect("create pod");
+                }
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("creating the cluster");
+    }
+    eventually(Duration::from_secs(600), "every pod Running", || async {
+        let listed = pods.list(&Default::default()).await.ok()?;
+        let running = listed
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == NODES * PODS_PER_NODE).then_some(())
+    })
+    .await;
+    println!(
+        "cluster of {NODES} nodes and {} pods created and running in {:.0} s",
+        NODES * PODS_PER_NODE,
+        started.elapsed().as_secs_f64()
+    );
+
+    let agent = Agent::start(&cp, "bench-full", &["--mode", "recommend"]);
+    let t = Instant::now();
+    let (rss, hwm) = settle(&agent, agent.pid()).await;
+    let synced = t.elapsed().as_secs_f64() - 20.0;
+    println!("agent, empty cluster:          RSS {base_rss:6.1} MiB (peak {base_hwm:6.1} MiB)");
+    println!(
+        "agent, {NODES} nodes / {} pods:  RSS {rss:6.1} MiB (peak {hwm:6.1} MiB), ready {synced:.1} s after start",
+        NODES * PODS_PER_NODE
+    );
+    println!(
+        "ratio to the empty-cluster baseline: {:.2}x RSS, {:.2}x peak; target: RSS <= 150 MiB ({})",
+        rss / base_rss,
+        hwm / base_hwm,
+        if hwm <= 150.0 { "met" } else { "NOT met" }
+    );
+}
