@@ -828,7 +828,12 @@ spec:
     })
     .await;
     // The protected pod lands last, on whatever node has room.
-    let keep = deployment("keep", 1, "100m", "128Mi", "").replace(
+    // Away from the web pods, so it pins a node of its own and not the one to consolidate.
+    let away = r#"      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: web}}}"#;
+    let keep = deployment("keep", 1, "100m", "128Mi", away).replace(
         "    metadata: {labels: {app: keep}}",
         "    metadata: {labels: {app: keep}, annotations: {tailor.sh/do-not-disrupt: \"true\"}}",
     );

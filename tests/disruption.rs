@@ -858,3 +858,43 @@ status: {phase: Running}
         );
     }
 }
+
+#[test]
+fn claims_are_marked_consolidatable_once_consolidate_after_has_passed_and_drifted_with_the_reason() {
+    // "old" last changed an hour ago (pod start); "fresh" was created just now, with no pod;
+    // "stale" carries an older template hash than the pool hashes to now.
+    let yaml = format!(
+        "{POOL}{}{}{}{}{}",
+        node("old", 2, ""),
+        pod("web-1", "old", "500m", ""),
+        node("fresh", 0, ""),
+        node("stale", 3, ""),
+        "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodeClaim
+metadata:
+  name: stale-claim
+  annotations: {tailor.sh/nodepool-hash: 0000000000000000}
+  labels: {tailor.sh/nodepool: default}
+spec:
+  nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+  requirements: []
+status: {nodeName: stale}
+",
+    );
+    let snapshot = Snapshot::from_yaml("scenario.yaml", &yaml).expect("scenario parses");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |s: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = s.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    let marks = tailor::controllers::disruption::claim_marks(&cluster);
+    let of = |n: &str| marks.iter().find(|m| m.node == n).expect("marked");
+    assert!(of("old").consolidatable, "an hour quiet, consolidateAfter 5m");
+    assert!(!of("fresh").consolidatable, "created now");
+    assert_eq!(of("old").drifted, None);
+    assert!(of("stale").drifted.is_some(), "{:?}", of("stale"));
+    assert_eq!(marks.len(), 3);
+}

@@ -178,7 +178,12 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             continue;
         }
         let snapshot = ctx.state.snapshot();
-        let Some(decision) = decide(&ctx, &snapshot, now).await else {
+        let Some((decision, marks)) = decide(&ctx, &snapshot, now).await else {
+            validating = None;
+            continue;
+        };
+        mark(&ctx, &snapshot, &marks, now).await;
+        let Some(decision) = decision else {
             validating = None;
             continue;
         };
@@ -273,7 +278,7 @@ async fn decide<C: CloudProvider>(
     ctx: &Context<C>,
     snapshot: &Snapshot,
     now: Timestamp,
-) -> Option<Decision> {
+) -> Option<(Option<Decision>, Vec<ClaimMarks>)> {
     // While capacity is still launching the cluster is not settled: pods are on their way to
     // the new nodes, and a consolidation now would be undone within minutes.
     let launching = snapshot.node_claims.iter().any(|c| {
@@ -300,7 +305,120 @@ async fn decide<C: CloudProvider>(
     let report = disruption::evaluate(&cluster, &settings);
     ctx.metrics
         .observe_decision("consolidation", started.elapsed().as_secs_f64());
-    report.decisions.into_iter().next()
+    let marks = claim_marks(&cluster);
+    Some((report.decisions.into_iter().next(), marks))
+}
+
+/// What the Drifted and Consolidatable conditions of one node's claim should say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimMarks {
+    /// The node.
+    pub node: String,
+    /// Why it has drifted, if it has.
+    pub drifted: Option<String>,
+    /// Whether its pool's `consolidateAfter` has passed since the last pod change.
+    pub consolidatable: bool,
+}
+
+/// The marks of every node Tailor manages, from the disruption view. Pure.
+pub fn claim_marks(cluster: &disruption::Cluster) -> Vec<ClaimMarks> {
+    cluster
+        .input
+        .nodes
+        .iter()
+        .zip(&cluster.nodes)
+        .filter_map(|(node, meta)| {
+            let rules = cluster.rules.get(meta.pool.as_ref()?)?;
+            let quiet_since = meta.last_pod_event.or(meta.created).unwrap_or(cluster.now);
+            let consolidatable = rules
+                .consolidate_after
+                .is_some_and(|after| cluster.now.saturating_sub(quiet_since) >= after);
+            Some(ClaimMarks {
+                node: node.name.clone(),
+                drifted: meta.drifted.clone(),
+                consolidatable,
+            })
+        })
+        .collect()
+}
+
+/// Writes the Drifted and Consolidatable conditions where they changed.
+async fn mark<C: CloudProvider>(
+    ctx: &Context<C>,
+    snapshot: &Snapshot,
+    marks: &[ClaimMarks],
+    now: Timestamp,
+) {
+    use crate::apis::nodeclaim::reason;
+    for m in marks {
+        let Some(claim) = snapshot
+            .node_claims
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_ref()) == Some(&m.node))
+        else {
+            continue;
+        };
+        let current = claim
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let drifted = match &m.drifted {
+            Some(why) => super::nodeclaim::condition(
+                condition::DRIFTED,
+                true,
+                reason::DRIFTED,
+                why.clone(),
+                now,
+            ),
+            None => super::nodeclaim::condition(condition::DRIFTED, false, "NotDrifted", "", now),
+        };
+        let consolidatable = if m.consolidatable {
+            super::nodeclaim::condition(
+                condition::CONSOLIDATABLE,
+                true,
+                "ConsolidateAfterElapsed",
+                "",
+                now,
+            )
+        } else {
+            super::nodeclaim::condition(
+                condition::CONSOLIDATABLE,
+                false,
+                reason::RECENT_POD_CHANGE,
+                "",
+                now,
+            )
+        };
+        let same = |c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition| {
+            crate::apis::find_condition(&current, &c.type_).is_some_and(|have| {
+                have.status == c.status && have.reason == c.reason && have.message == c.message
+            })
+        };
+        if same(&drifted) && same(&consolidatable) {
+            continue;
+        }
+        let mut status = crate::apis::NodeClaimStatus::default();
+        for c in [drifted, consolidatable] {
+            // Keep the transition time of a condition whose status did not change.
+            let keep = crate::apis::find_condition(&current, &c.type_)
+                .filter(|have| have.status == c.status);
+            status.conditions.push(match keep {
+                Some(have) => k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                    last_transition_time: have.last_transition_time.clone(),
+                    ..c
+                },
+                None => c,
+            });
+        }
+        if let Err(e) = ctx
+            .writer
+            .apply_node_claim_status(&claim.name_any(), "disruption", &status)
+            .await
+        {
+            tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "marking drift and consolidation failed");
+        }
+    }
 }
 
 /// Marks the old claims and creates the replacements.
