@@ -381,6 +381,8 @@ spec:
       - {key: topology.kubernetes.io/zone, operator: In, values: [eastus-1]}
       - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
       nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+  # Launch fallbacks alone are under test: no consolidation moves the nodes meanwhile.
+  disruption: {consolidateAfter: Never}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -860,7 +860,8 @@ status: {phase: Running}
 }
 
 #[test]
-fn claims_are_marked_consolidatable_once_consolidate_after_has_passed_and_drifted_with_the_reason() {
+fn claims_are_marked_consolidatable_once_consolidate_after_has_passed_and_drifted_with_the_reason()
+{
     // "old" last changed an hour ago (pod start); "fresh" was created just now, with no pod;
     // "stale" carries an older template hash than the pool hashes to now.
     let yaml = format!(
@@ -892,7 +893,10 @@ status: {nodeName: stale}
     let cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
     let marks = tailor::controllers::disruption::claim_marks(&cluster);
     let of = |n: &str| marks.iter().find(|m| m.node == n).expect("marked");
-    assert!(of("old").consolidatable, "an hour quiet, consolidateAfter 5m");
+    assert!(
+        of("old").consolidatable,
+        "an hour quiet, consolidateAfter 5m"
+    );
     assert!(!of("fresh").consolidatable, "created now");
     assert_eq!(of("old").drifted, None);
     assert!(of("stale").drifted.is_some(), "{:?}", of("stale"));

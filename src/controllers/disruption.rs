@@ -493,7 +493,11 @@ async fn start<C: CloudProvider>(
         let pool = pools
             .get(&planned.node_pool)
             .ok_or_else(|| format!("nodepool {} is gone", planned.node_pool))?;
-        let mut claim = node_claim_for(planned, pool, snapshot);
+        // Only the planned size: a fallback to a dearer one would replace a node with its
+        // equal (or worse) and undo the saving the decision was made for.
+        let mut only = planned.clone();
+        only.alternatives.clear();
+        let mut claim = node_claim_for(&only, pool, snapshot);
         claim
             .annotations_mut()
             .insert(REPLACES_ANNOTATION.to_string(), id.clone());
