@@ -3,7 +3,8 @@
 //! watching an empty cluster in the same run. Prints resident memory (VmRSS and its peak
 //! VmHWM) of both and their ratio; the target for the large cluster is 150 MiB.
 //!
-//! `cargo bench --bench agent`
+//! `cargo bench --bench agent`. Without `--bench` (as `cargo test --all-targets` runs it) it
+//! does a small smoke run: 20 nodes and 100 pods.
 
 // The bench uses a part of the end-to-end support.
 #[allow(dead_code)]
@@ -16,7 +17,6 @@ use control_plane::{Agent, ControlPlane, eventually};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, PostParams};
 
-const NODES: usize = 500;
 const PODS_PER_NODE: usize = 10;
 
 fn kib(status: &str, field: &str) -> u64 {
@@ -60,11 +60,12 @@ fn node(i: usize) -> Node {
 }
 
 fn pod(node: usize, j: usize) -> Pod {
+    let app = (node * PODS_PER_NODE + j) % 200;
     serde_json::from_value(serde_json::json!({
         "metadata": {
             "name": format!("app-{node:04}-{j:02}"),
             "namespace": "bench",
-            "labels": {"app": format!("app-{}", (node * PODS_PER_NODE + j) % 200), "tier": "web"}
+            "labels": {"app": format!("app-{app}"), "tier": "web"}
         },
         "spec": {
             "nodeName": format!("bench-{node:04}"),
@@ -88,6 +89,8 @@ async fn settle(agent: &Agent, pid: u32) -> (f64, f64) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let nodes_wanted: usize = if full { 500 } else { 20 };
     let cp = ControlPlane::start().await;
 
     // Baseline: the same agent over an empty cluster.
@@ -111,7 +114,7 @@ async fn main() {
     for chunk in 0..10 {
         let (nodes, pods) = (nodes.clone(), pods.clone());
         set.spawn(async move {
-            for i in (chunk * NODES / 10)..((chunk + 1) * NODES / 10) {
+            for i in (chunk * nodes_wanted / 10)..((chunk + 1) * nodes_wanted / 10) {
                 nodes
                     .create(&PostParams::default(), &node(i))
                     .await
@@ -134,12 +137,12 @@ async fn main() {
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .count();
-        (running == NODES * PODS_PER_NODE).then_some(())
+        (running == nodes_wanted * PODS_PER_NODE).then_some(())
     })
     .await;
     println!(
-        "cluster of {NODES} nodes and {} pods created and running in {:.0} s",
-        NODES * PODS_PER_NODE,
+        "cluster of {nodes_wanted} nodes and {} pods created and running in {:.0} s",
+        nodes_wanted * PODS_PER_NODE,
         started.elapsed().as_secs_f64()
     );
 
@@ -149,8 +152,8 @@ async fn main() {
     let synced = t.elapsed().as_secs_f64() - 20.0;
     println!("agent, empty cluster:          RSS {base_rss:6.1} MiB (peak {base_hwm:6.1} MiB)");
     println!(
-        "agent, {NODES} nodes / {} pods:  RSS {rss:6.1} MiB (peak {hwm:6.1} MiB), ready {synced:.1} s after start",
-        NODES * PODS_PER_NODE
+        "agent, {nodes_wanted} nodes / {} pods:  RSS {rss:6.1} MiB (peak {hwm:6.1} MiB), ready {synced:.1} s after start",
+        nodes_wanted * PODS_PER_NODE
     );
     println!(
         "ratio to the empty-cluster baseline: {:.2}x RSS, {:.2}x peak; target: RSS <= 150 MiB ({})",

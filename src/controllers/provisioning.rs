@@ -32,7 +32,7 @@ const RETRY: SignedDuration = SignedDuration::from_secs(10);
 
 /// How long a pod planned onto an existing node, or reported in recommend-only mode, is left
 /// alone before it is planned again.
-const COVER: SignedDuration = SignedDuration::from_secs(60);
+const COVER: SignedDuration = SignedDuration::from_secs(20);
 
 /// Taints a node carries only while it starts; a node still initializing is planned as if
 /// it had none of them, as Karpenter does, or every pod pending for it would buy another.
@@ -324,10 +324,23 @@ fn add_in_flight(input: &mut Input, snapshot: &Snapshot) {
             .iter()
             .map(|t| t.key.as_str())
             .collect();
+        // Its Node may be in the stores before the claim records it: match by provider ID
+        // too, or the node would be planned twice (once empty) and pods promised to it.
+        let by_provider_id = status.provider_id.as_ref().and_then(|id| {
+            snapshot
+                .nodes
+                .iter()
+                .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_ref()) == Some(id))
+                .and_then(|n| n.metadata.name.clone())
+        });
+        // (A Node named after the claim, as launches name them, is it too: it can appear
+        // before the launch has recorded the provider ID.)
         if let Some(node) = status
             .node_name
-            .as_ref()
-            .and_then(|n| input.nodes.iter_mut().find(|e| &e.name == n))
+            .clone()
+            .or(by_provider_id)
+            .or_else(|| Some(claim.name_any()))
+            .and_then(|n| input.nodes.iter_mut().find(|e| e.name == n))
         {
             node.taints.retain(|t| {
                 !EPHEMERAL_TAINTS.contains(&t.key.as_str()) && !startup.contains(&t.key.as_str())
