@@ -138,6 +138,23 @@ fn price(node: &Node) -> f64 {
         .price_per_hour
 }
 
+/// Waits until `count` pods of the namespace are Running, failing after `secs` seconds.
+async fn wait_running(pods: &Api<Pod>, count: usize, secs: u64) {
+    eventually(
+        Duration::from_secs(secs),
+        &format!("{count} pods Running"),
+        || async { (running(&list(pods).await) == count).then_some(()) },
+    )
+    .await;
+}
+
+/// A PodDisruptionBudget over the pods labelled `app: <name>`, with `rule` (`minAvailable: 5`).
+fn pdb(name: &str, rule: &str) -> String {
+    format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  {rule}\n  selector: {{matchLabels: {{app: {name}}}}}\n"
+    )
+}
+
 fn running(pods: &[Pod]) -> usize {
     pods.iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
@@ -341,12 +358,7 @@ async fn in_recommend_mode_pending_pods_are_reported_with_a_price_and_nothing_is
         .await
         .expect("annotate nodepool");
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(
-        Duration::from_secs(120),
-        "6 pods Running after the switch",
-        || async { (running(&list(&pods).await) == 6).then_some(()) },
-    )
-    .await;
+    wait_running(&pods, 6, 120).await;
     assert!(!list(&claims).await.is_empty());
 }
 
@@ -483,10 +495,7 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
         "retried after the TTL"
     );
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(60), "3 pods Running", || async {
-        (running(&list(&pods).await) == 3).then_some(())
-    })
-    .await;
+    wait_running(&pods, 3, 60).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -551,12 +560,7 @@ async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_
         .await
         .expect("fix the limit");
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(
-        Duration::from_secs(90),
-        "2 pods Running once the pool is fixed",
-        || async { (running(&list(&pods).await) == 2).then_some(()) },
-    )
-    .await;
+    wait_running(&pods, 2, 90).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -603,12 +607,7 @@ async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_
     first.kill();
 
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(
-        Duration::from_secs(180),
-        "50 pods Running under the new leader",
-        || async { (running(&list(&pods).await) == 50).then_some(()) },
-    )
-    .await;
+    wait_running(&pods, 50, 180).await;
     assert!(
         second.metrics().await.contains("tailor_leader 1"),
         "the second agent took over"
@@ -654,22 +653,9 @@ async fn an_agent_killed_mid_drain_finishes_the_drain_after_a_restart() {
     agent.wait_ready().await;
     // One pod at a time may go: the drain of a node holding four takes several passes.
     cp.apply_yaml(&deployment("web", 4, "1", "2Gi", "")).await;
-    cp.apply_yaml(
-        r#"
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: default}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: web}}
-"#,
-    )
-    .await;
+    cp.apply_yaml(&pdb("web", "maxUnavailable: 1")).await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(90), "4 pods Running", || async {
-        (running(&list(&pods).await) == 4).then_some(())
-    })
-    .await;
+    wait_running(&pods, 4, 90).await;
     let claims = claims_api(&cp);
     // The claim whose node holds the most pods: its drain takes several PDB-paced evictions.
     let running_pods = list(&pods).await;
@@ -731,10 +717,7 @@ spec:
         },
     )
     .await;
-    eventually(Duration::from_secs(120), "4 pods Running again", || async {
-        (running(&list(&pods).await) == 4).then_some(())
-    })
-    .await;
+    wait_running(&pods, 4, 120).await;
     let cordoned: Vec<String> = list(&nodes)
         .await
         .iter()
@@ -813,22 +796,9 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
     agent.wait_ready().await;
     cp.apply_yaml(&deployment("web", 24, "1500m", "2Gi", ""))
         .await;
-    cp.apply_yaml(
-        r#"
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: default}
-spec:
-  minAvailable: 5
-  selector: {matchLabels: {app: web}}
-"#,
-    )
-    .await;
+    cp.apply_yaml(&pdb("web", "minAvailable: 5")).await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(120), "24 web pods Running", || async {
-        (running(&list(&pods).await) == 24).then_some(())
-    })
-    .await;
+    wait_running(&pods, 24, 120).await;
     // The protected pod lands last, on whatever node has room.
     // Away from the web pods, so it pins a node of its own and not the one to consolidate.
     let away = r#"      affinity:
@@ -936,10 +906,7 @@ async fn recommend_only_disruption_reports_and_touches_nothing_until_the_pool_tu
     cp.apply_yaml(&deployment("web", 12, "1500m", "2Gi", ""))
         .await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(120), "12 pods Running", || async {
-        (running(&list(&pods).await) == 12).then_some(())
-    })
-    .await;
+    wait_running(&pods, 12, 120).await;
     let pools: Api<NodePool> = Api::all(cp.client.clone());
     let annotate = |mode: &'static str| {
         let pools = pools.clone();
@@ -1016,10 +983,7 @@ async fn drifted_nodes_are_replaced_and_the_replacement_is_ready_before_the_drai
     agent.wait_ready().await;
     cp.apply_yaml(&deployment("web", 3, "1", "2Gi", "")).await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    eventually(Duration::from_secs(90), "3 pods Running", || async {
-        (running(&list(&pods).await) == 3).then_some(())
-    })
-    .await;
+    wait_running(&pods, 3, 90).await;
     let nodes: Api<Node> = Api::all(cp.client.clone());
     let old: BTreeSet<String> = list(&nodes).await.iter().map(|n| n.name_any()).collect();
 
