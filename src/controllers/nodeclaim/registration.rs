@@ -60,8 +60,10 @@ pub async fn register<C: CloudProvider>(
         )
         .await?;
     // Only what this step owns: other steps' conditions are applied by their own managers.
-    let mut status = NodeClaimStatus::default();
-    status.node_name = Some(node.name_any());
+    let mut status = NodeClaimStatus {
+        node_name: Some(node.name_any()),
+        ..NodeClaimStatus::default()
+    };
     set_condition(
         &mut status.conditions,
         condition(
