@@ -266,7 +266,14 @@ mod tests {
             .len();
         assert!(all >= 2, "D4s_v5 is sold in several zones");
         for t in ts.iter_mut().filter(|t| t.name == "Standard_D4s_v5") {
-            t.offerings[0].available = false;
+            // Offerings are cheapest first, spot before on-demand: take an on-demand one.
+            if let Some(o) = t
+                .offerings
+                .iter_mut()
+                .find(|o| o.capacity_type == crate::model::CapacityType::OnDemand)
+            {
+                o.available = false;
+            }
         }
         assert_eq!(
             launch_request(&c, &ts, "test")
