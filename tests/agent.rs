@@ -456,7 +456,9 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
     // 2. Within the TTL, the next claim does not ask for the failed offering at all.
     cp.apply_yaml(&deployment("second", 1, "3", "4Gi", apart))
         .await;
-    let second = eventually(Duration::from_secs(60), "a second claim", || async {
+    // A pod planned onto a node whose anti-affinity peer is still binding waits one cover
+    // period (20 s) before it is planned again; the wait allows for that.
+    let second = eventually(Duration::from_secs(90), "a second claim", || async {
         list(&claims)
             .await
             .into_iter()
@@ -482,7 +484,7 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
     cp.apply_yaml(&deployment("third", 1, "3", "4Gi", apart))
         .await;
     let seen: BTreeSet<String> = [first_claims[0].name_any(), second.name_any()].into();
-    let third = eventually(Duration::from_secs(60), "a third claim", || async {
+    let third = eventually(Duration::from_secs(90), "a third claim", || async {
         list(&claims)
             .await
             .into_iter()
