@@ -42,6 +42,8 @@ spec:
       - {key: kubernetes.io/arch, operator: In, values: [amd64]}
       nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
   limits: {cpu: "1000"}
+  # Provisioning alone is under test here: consolidation has its own pool and tests.
+  disruption: {consolidateAfter: 10m}
 "#;
 
 fn deployment(name: &str, replicas: i32, cpu: &str, memory: &str, extra_spec: &str) -> String {
