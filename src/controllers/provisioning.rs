@@ -133,12 +133,39 @@ fn key(pod: &Pod) -> String {
 /// Updates the batch with the pods pending now: a new uncovered pod (or one whose claim went
 /// away) opens or extends the batch.
 fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
+    // A claim covers its pods while it launches. Once its node is initialized the pods
+    // get one cover period to be bound; after that, a pod still pending (kube-scheduler
+    // filled the node with others) is planned again.
+    let launching: BTreeSet<String> = snapshot
+        .node_claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            !is_condition_true(
+                &c.status
+                    .as_ref()
+                    .map(|s| s.conditions.clone())
+                    .unwrap_or_default(),
+                crate::apis::nodeclaim::condition::INITIALIZED,
+            )
+        })
+        .map(|c| c.name_any())
+        .collect();
     let live_claims: BTreeSet<String> = snapshot
         .node_claims
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .map(|c| c.name_any())
         .collect();
+    let cover_until = now.checked_add(COVER).unwrap_or(now);
+    for target in round.covered.values_mut() {
+        if let Target::Claim(c) = target
+            && live_claims.contains(c.as_str())
+            && !launching.contains(c.as_str())
+        {
+            *target = Target::Until(cover_until);
+        }
+    }
     let mut pending_uids = BTreeSet::new();
     let mut uncovered = BTreeSet::new();
     for pod in snapshot.pods.iter().filter(|p| is_provisionable(p)) {
