@@ -413,7 +413,7 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
             "--kwok-no-capacity",
             "Standard_D4s_v5/eastus-1/on-demand",
             "--unavailable-offerings-ttl",
-            "20s",
+            "60s",
         ],
     );
     agent.wait_ready().await;
@@ -475,7 +475,7 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
 
     // 3. After the TTL the offering is tried again (and fails again, so still D8s_v5).
     eventually(
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         "the unavailable offering to expire",
         || async {
             let m = agent.metrics().await;
