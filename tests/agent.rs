@@ -6,6 +6,7 @@
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
@@ -17,9 +18,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use tailor::apis::{NodeClaim, NodePool, labels};
 use tailor::catalog::{Catalog, CatalogOptions};
-use tailor::model::NodeSettings;
-use tailor::scheduling::{self, Input, Options};
-use tailor::state::Snapshot;
+use tailor::scheduling::{self, Options};
 
 /// One control plane at a time: each is a handful of processes on a two-core machine.
 static SERIAL: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(|| tokio::sync::Mutex::new(()));
@@ -100,19 +99,7 @@ fn three_deployments() -> String {
 
 /// What `tailor simulate` plans for the same objects: the cost a provisioner should match.
 fn simulated_cost(objects: &str) -> (f64, usize) {
-    let snapshot = Snapshot::from_yaml("e2e.yaml", objects).expect("snapshot parses");
-    let catalog = Catalog::builtin().expect("built-in catalog");
-    let types = |settings: &NodeSettings| {
-        let mut o = CatalogOptions::for_region("eastus");
-        o.node = NodeSettings {
-            overhead_model: settings.overhead_model,
-            max_pods: settings.max_pods,
-            os_disk_gib: settings.os_disk_gib,
-            ..o.node
-        };
-        catalog.instance_types(&o).map_err(|e| e.to_string())
-    };
-    let input = Input::from_snapshot(&snapshot, &types).expect("input");
+    let input = support::input_from_yaml(objects);
     let plan = scheduling::schedule(&input, &Options::default());
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
     (plan.summary.hourly_cost, plan.node_claims.len())
