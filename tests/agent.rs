@@ -165,6 +165,7 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
     cp.apply_yaml(POOL).await;
     let agent = Agent::start(&cp, "agent-a", &["--mode", "autonomous"]);
     agent.wait_ready().await;
+    let seen = Seen::watch(&cp);
     let workloads = three_deployments();
     cp.apply_yaml(&workloads).await;
 
@@ -273,35 +274,125 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
         agent.log()
     );
 
-    // Pending → NodeClaim created: from each pod's creation to its node's claim's.
-    let claim_created: BTreeMap<String, jiff::Timestamp> = claims
+    // Pending → NodeClaim created, as the test's watches saw them (millisecond clock): from
+    // the moment kube-scheduler marked each pod unschedulable to the moment the claim of the
+    // node it runs on appeared. The batch stays open while pods keep arriving (the
+    // ReplicaSet controller creates them over a few seconds) and 1 s after the last one;
+    // what Tailor adds after the batch closes is the time from the last pod that went
+    // pending before the claim, plus that 1 s idle window, to the claim.
+    let (pending_at, claim_at) = seen.take();
+    let claim_of_node: BTreeMap<String, String> = claims
         .iter()
-        .map(|c| {
-            let node = c
-                .status
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default();
-            (node, c.creation_timestamp().map(|t| t.0).expect("created"))
-        })
+        .filter_map(|c| Some((c.status.as_ref()?.node_name.clone()?, c.name_any())))
         .collect();
-    let mut latencies: Vec<f64> = all_running
-        .iter()
-        .filter_map(|p| {
-            // A pod starts pending when it is created: nothing else could run it.
-            let created = p.creation_timestamp()?.0;
-            let claim = claim_created.get(p.spec.as_ref()?.node_name.as_ref()?)?;
-            Some(claim.duration_since(created).as_secs_f64().max(0.0))
-        })
-        .collect();
+    let idle = Duration::from_secs(1);
+    let mut latencies = Vec::new();
+    let mut after_window = Vec::new();
+    for pod in &all_running {
+        let Some(pending) = pending_at.get(&pod.name_any()) else {
+            continue;
+        };
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let Some(claim) = node
+            .and_then(|n| claim_of_node.get(&n))
+            .and_then(|c| claim_at.get(c))
+        else {
+            continue;
+        };
+        latencies.push(claim.saturating_duration_since(*pending).as_secs_f64());
+        let last_pending = pending_at
+            .values()
+            .filter(|t| *t < claim)
+            .max()
+            .copied()
+            .unwrap_or(*pending);
+        after_window.push(
+            claim
+                .saturating_duration_since(last_pending + idle)
+                .as_secs_f64(),
+        );
+    }
     latencies.sort_by(f64::total_cmp);
+    after_window.sort_by(f64::total_cmp);
     println!(
-        "pending -> NodeClaim created over {} pods: p50 {:.1} s, p99 {:.1} s (1 s timestamps; batch window 1 s idle / 10 s max)",
+        "pending -> NodeClaim created over {} pods: p50 {:.2} s, p99 {:.2} s; after the batch closed: p50 {:.2} s, p99 {:.2} s (target p99 <= 1.5 s plus the batch window; window 1 s idle / 10 s max)",
         latencies.len(),
         percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99)
+        percentile(&latencies, 0.99),
+        percentile(&after_window, 0.5),
+        percentile(&after_window, 0.99),
     );
-    assert_eq!(latencies.len(), 200);
+    assert!(
+        latencies.len() >= 190,
+        "only {} of 200 pods were seen pending and then on a claim's node",
+        latencies.len()
+    );
+}
+
+/// When the test's watches first saw each pod unschedulable and each NodeClaim created.
+struct Seen {
+    pending: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::time::Instant>>>,
+    claims: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::time::Instant>>>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Seen {
+    fn watch(cp: &ControlPlane) -> Seen {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let pending = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let claims = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let mut tasks = tokio::task::JoinSet::new();
+        let (seen, api) = (
+            pending.clone(),
+            Api::<Pod>::namespaced(cp.client.clone(), "default"),
+        );
+        tasks.spawn(
+            watcher(api, watcher::Config::default())
+                .applied_objects()
+                .for_each(move |pod| {
+                    if let Ok(pod) = pod
+                        && tailor::controllers::provisioning::is_provisionable(&pod)
+                    {
+                        let mut seen = seen.lock().expect("lock");
+                        seen.entry(pod.name_any())
+                            .or_insert_with(std::time::Instant::now);
+                    }
+                    std::future::ready(())
+                }),
+        );
+        let (seen, api) = (claims.clone(), Api::<NodeClaim>::all(cp.client.clone()));
+        tasks.spawn(
+            watcher(api, watcher::Config::default())
+                .applied_objects()
+                .for_each(move |claim| {
+                    if let Ok(claim) = claim {
+                        let mut seen = seen.lock().expect("lock");
+                        seen.entry(claim.name_any())
+                            .or_insert_with(std::time::Instant::now);
+                    }
+                    std::future::ready(())
+                }),
+        );
+        Seen {
+            pending,
+            claims,
+            tasks,
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn take(
+        mut self,
+    ) -> (
+        BTreeMap<String, std::time::Instant>,
+        BTreeMap<String, std::time::Instant>,
+    ) {
+        self.tasks.abort_all();
+        let pending = std::mem::take(&mut *self.pending.lock().expect("lock"));
+        let claims = std::mem::take(&mut *self.claims.lock().expect("lock"));
+        (pending, claims)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,11 +82,21 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             continue;
         }
         let now = ctx.clock.now();
-        let snapshot = ctx.state.snapshot();
-        observe(&mut round, &snapshot, now);
+        observe(
+            &mut round,
+            &ctx.state.pods.state(),
+            &ctx.state.node_claims.state(),
+            now,
+        );
         if round.batcher.ready(now) {
             round.batcher.reset();
-            provision(&ctx, &mut round, &snapshot, now).await;
+            // The planning copy of the stores is made only when a batch closes, and holds
+            // only the pods planning reads: those bound to nodes and those pending.
+            let snapshot = ctx.state.snapshot_with_pods(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                    || is_provisionable(p)
+            });
+            provision(&ctx, &mut round, snapshot, now).await;
             // Whatever the round could not cover is looked at again after a pause.
             let retry_at = now.checked_add(RETRY).unwrap_or(now);
             for pod in std::mem::take(&mut round.uncovered) {
@@ -132,12 +142,11 @@ fn key(pod: &Pod) -> String {
 
 /// Updates the batch with the pods pending now: a new uncovered pod (or one whose claim went
 /// away) opens or extends the batch.
-fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
+fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now: Timestamp) {
     // A claim covers its pods while it launches. Once its node is initialized the pods
     // get one cover period to be bound; after that, a pod still pending (kube-scheduler
     // filled the node with others) is planned again.
-    let launching: BTreeSet<String> = snapshot
-        .node_claims
+    let launching: BTreeSet<String> = claims
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter(|c| {
@@ -151,8 +160,7 @@ fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
         })
         .map(|c| c.name_any())
         .collect();
-    let live_claims: BTreeSet<String> = snapshot
-        .node_claims
+    let live_claims: BTreeSet<String> = claims
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .map(|c| c.name_any())
@@ -168,7 +176,7 @@ fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
     }
     let mut pending_uids = BTreeSet::new();
     let mut uncovered = BTreeSet::new();
-    for pod in snapshot.pods.iter().filter(|p| is_provisionable(p)) {
+    for pod in pods.iter().filter(|p| is_provisionable(p)) {
         let uid = pod.uid().unwrap_or_default();
         round.first_seen.entry(uid.clone()).or_insert(now);
         pending_uids.insert(uid);
@@ -183,11 +191,10 @@ fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
         }
     }
     round.first_seen.retain(|uid, _| pending_uids.contains(uid));
-    let pending_keys: BTreeSet<String> = snapshot
-        .pods
+    let pending_keys: BTreeSet<String> = pods
         .iter()
         .filter(|p| is_provisionable(p))
-        .map(key)
+        .map(|p| key(p))
         .collect();
     round.covered.retain(|k, _| pending_keys.contains(k));
     round.told.retain(|(uid, _)| pending_uids.contains(uid));
@@ -201,23 +208,23 @@ fn observe(round: &mut Round, snapshot: &Snapshot, now: Timestamp) {
 async fn provision<C: CloudProvider>(
     ctx: &Context<C>,
     round: &mut Round,
-    snapshot: &Snapshot,
+    mut snapshot: Snapshot,
     now: Timestamp,
 ) {
     let started = std::time::Instant::now();
-    let pools: Vec<&NodePool> = snapshot
-        .node_pools
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
-    let mut valid = Vec::new();
-    for pool in pools {
+    let mut valid = BTreeSet::new();
+    for pool in &snapshot.node_pools {
+        if pool.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
         let verdict = validate_pool(pool);
         report_validation(ctx, pool, &verdict, now).await;
         if verdict.is_ok() {
-            valid.push(pool);
+            valid.insert(pool.name_any());
         }
     }
+    // Only valid pools are planned with; nothing is launched for the others.
+    snapshot.node_pools.retain(|p| valid.contains(&p.name_any()));
     if valid.is_empty() {
         tracing::info!(
             pending = round.uncovered.len(),
@@ -233,19 +240,14 @@ async fn provision<C: CloudProvider>(
             return;
         }
     };
-    let mut planning = snapshot.clone();
-    planning.node_pools = valid.iter().map(|p| (*p).clone()).collect();
-    planning.pods.retain(|p| {
-        p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() || is_provisionable(p)
-    });
-    let mut input = match Input::from_snapshot(&planning, &types) {
+    let mut input = match Input::from_snapshot(&snapshot, &types) {
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, "the cluster cannot be planned");
             return;
         }
     };
-    add_in_flight(&mut input, snapshot);
+    add_in_flight(&mut input, &snapshot);
     let suffix: u32 = rand::rng().random();
     let plan = scheduling::schedule(
         &input,
@@ -268,7 +270,7 @@ async fn provision<C: CloudProvider>(
         unschedulable = plan.unschedulable.len(),
         "planned pending pods"
     );
-    act(ctx, round, snapshot, &plan, now).await;
+    act(ctx, round, &snapshot, &plan, now).await;
 }
 
 /// Records the verdict as the pool's `ValidationSucceeded` condition (only when it changes),
@@ -437,12 +439,17 @@ async fn act<C: CloudProvider>(
         .iter()
         .map(|p| (p.name_any(), p))
         .collect();
+    // (pod key, node) for every pod planned onto a node that exists or is being bought.
+    let mut nominations: Vec<(&str, String)> = Vec::new();
     for placed in &plan.existing_nodes {
         for pod in &placed.pods {
             round.covered.insert(
                 pod.clone(),
                 Target::Until(now.checked_add(COVER).unwrap_or(now)),
             );
+            if ctx.mode_for(placed_pool(&placed.node, snapshot, &pools)) == Mode::Autonomous {
+                nominations.push((pod.as_str(), placed.node.clone()));
+            }
         }
     }
     let mut recommended: BTreeMap<String, (usize, f64, usize)> = BTreeMap::new();
@@ -456,6 +463,8 @@ async fn act<C: CloudProvider>(
                     Ok(_) => {
                         tracing::info!(nodeclaim = %name, instance_type = %planned.instance_type, pods = planned.pods.len(), "created nodeclaim");
                         for pod in &planned.pods {
+                            // The node is named after its claim when it registers.
+                            nominations.push((pod.as_str(), name.clone()));
                             round
                                 .covered
                                 .insert(pod.clone(), Target::Claim(name.clone()));
@@ -490,6 +499,7 @@ async fn act<C: CloudProvider>(
             }
         }
     }
+    nominate(ctx, &nominations).await;
     for (pool_name, (nodes, cost, pod_count)) in recommended {
         if let Some(pool) = pools.get(&pool_name) {
             ctx.writer
@@ -524,6 +534,41 @@ async fn act<C: CloudProvider>(
                 .await;
         }
     }
+}
+
+/// The NodePool of an existing node or in-flight claim the plan placed pods on.
+fn placed_pool<'a>(
+    name: &str,
+    snapshot: &Snapshot,
+    pools: &HashMap<String, &'a NodePool>,
+) -> Option<&'a NodePool> {
+    let labels = snapshot
+        .nodes
+        .iter()
+        .find(|n| n.name_any() == name)
+        .map(|n| n.labels())
+        .or_else(|| {
+            snapshot
+                .node_claims
+                .iter()
+                .find(|c| c.name_any() == name)
+                .map(|c| c.labels())
+        })?;
+    pools.get(labels.get(labels::NODE_POOL)?).copied()
+}
+
+/// Tells kube-scheduler where each planned pod is meant to land (a few writes at a time).
+/// A failed nomination only costs placement quality, so it is logged, not retried.
+async fn nominate<C: CloudProvider>(ctx: &Context<C>, nominations: &[(&str, String)]) {
+    use futures::StreamExt;
+    futures::stream::iter(nominations)
+        .for_each_concurrent(16, |(pod, node)| async move {
+            let (namespace, name) = pod.split_once('/').unwrap_or(("", pod));
+            if let Err(e) = ctx.writer.nominate(namespace, name, node).await {
+                tracing::debug!(pod = %pod, node = %node, error = %e, "nominating the planned node failed");
+            }
+        })
+        .await;
 }
 
 /// The NodeClaim object for a planned node: the pool's template, narrowed to the planned

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -58,7 +58,14 @@ pub struct State {
 /// Starts a reflector for `K` on `tasks`, notifying `changed` on every event.
 fn reflect<K>(client: &Client, tasks: &mut JoinSet<()>, changed: &Arc<Notify>) -> Store<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Slim
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
     let api = Api::<K>::all(client.clone());
@@ -66,8 +73,13 @@ where
     let kind = K::kind(&()).to_string();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        // Managed fields are large and never read: dropping them keeps the stores small.
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        // Fields no decision reads are dropped as objects arrive: the stores (and every
+        // snapshot built from them) hold only what the controllers use.
+        .modify(|o: &mut K| {
+            o.managed_fields_mut().clear();
+            o.annotations_mut().remove(LAST_APPLIED);
+            o.slim();
+        })
         .reflect(writer)
         .for_each(move |event| {
             match event {
@@ -79,6 +91,134 @@ where
     tasks.spawn(stream);
     reader
 }
+
+/// `kubectl apply`'s copy of the whole object: often the largest annotation, never read.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops the parts of an object that no decision reads. The stores are read-only views:
+/// every write is a targeted patch or apply of the fields Tailor owns, never the stored
+/// object sent back, so nothing dropped here can be erased from the cluster.
+pub trait Slim {
+    /// Removes what the controllers never read.
+    fn slim(&mut self) {}
+}
+
+/// A pod spec keeps what scheduling, disruption and right-sizing read: containers' names,
+/// images, resources, ports, restart and resize policies, and everything about placement.
+/// Volumes, environment, probes, commands and security settings are dropped.
+fn slim_pod_spec(spec: &mut PodSpec) {
+    fn container(c: &mut Container) {
+        c.env = None;
+        c.env_from = None;
+        c.volume_mounts = None;
+        c.volume_devices = None;
+        c.liveness_probe = None;
+        c.readiness_probe = None;
+        c.startup_probe = None;
+        c.lifecycle = None;
+        c.command = None;
+        c.args = None;
+        c.working_dir = None;
+        c.security_context = None;
+        c.termination_message_path = None;
+        c.termination_message_policy = None;
+    }
+    spec.containers.iter_mut().for_each(container);
+    spec.init_containers.iter_mut().flatten().for_each(container);
+    spec.ephemeral_containers = None;
+    spec.volumes = None;
+    spec.security_context = None;
+    spec.image_pull_secrets = None;
+    spec.host_aliases = None;
+    spec.dns_config = None;
+    spec.readiness_gates = None;
+}
+
+fn slim_template(template: &mut PodTemplateSpec) {
+    template.metadata.iter_mut().for_each(|m| {
+        m.managed_fields = None;
+        if let Some(a) = m.annotations.as_mut() {
+            a.remove(LAST_APPLIED);
+        }
+    });
+    template.spec.iter_mut().for_each(slim_pod_spec);
+}
+
+impl Slim for Pod {
+    fn slim(&mut self) {
+        self.spec.iter_mut().for_each(slim_pod_spec);
+        if let Some(status) = self.status.as_mut() {
+            let statuses = status
+                .container_statuses
+                .iter_mut()
+                .chain(status.init_container_statuses.iter_mut())
+                .flatten();
+            for c in statuses {
+                c.image = String::new();
+                c.image_id = String::new();
+                c.container_id = None;
+                c.volume_mounts = None;
+                c.user = None;
+                c.allocated_resources_status = None;
+            }
+            status.ephemeral_container_statuses = None;
+        }
+    }
+}
+
+impl Slim for Node {
+    fn slim(&mut self) {
+        if let Some(status) = self.status.as_mut() {
+            status.images = None;
+            status.volumes_attached = None;
+            status.volumes_in_use = None;
+        }
+    }
+}
+
+impl Slim for DaemonSet {
+    fn slim(&mut self) {
+        self.spec.iter_mut().for_each(|s| slim_template(&mut s.template));
+    }
+}
+
+impl Slim for Deployment {
+    fn slim(&mut self) {
+        self.spec.iter_mut().for_each(|s| slim_template(&mut s.template));
+    }
+}
+
+impl Slim for StatefulSet {
+    fn slim(&mut self) {
+        self.spec.iter_mut().for_each(|s| {
+            slim_template(&mut s.template);
+            // Claim templates shape volumes, which no decision reads.
+            s.volume_claim_templates = None;
+        });
+    }
+}
+
+impl Slim for ReplicaSet {
+    fn slim(&mut self) {
+        self.spec
+            .iter_mut()
+            .filter_map(|s| s.template.as_mut())
+            .for_each(slim_template);
+    }
+}
+
+impl Slim for Job {
+    fn slim(&mut self) {
+        self.spec.iter_mut().for_each(|s| slim_template(&mut s.template));
+    }
+}
+
+impl Slim for PodDisruptionBudget {}
+impl Slim for HorizontalPodAutoscaler {}
+impl Slim for NodePool {}
+impl Slim for NodeClaim {}
+impl Slim for AKSNodeClass {}
+impl Slim for RightsizingPolicy {}
 
 impl State {
     /// Starts watching every kind; the watches run on `tasks` until they are aborted.
@@ -148,11 +288,23 @@ impl State {
     /// A snapshot of the stores as they are now. Unlike a snapshot file, workloads are not
     /// expanded into pending pods: their controllers make the pods, and the agent sees them.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_with_pods(|_| true)
+    }
+
+    /// A snapshot holding only the pods `keep` selects: a controller that reads a few
+    /// pods does not copy all of them.
+    pub fn snapshot_with_pods(&self, keep: impl Fn(&Pod) -> bool) -> Snapshot {
         fn all<K: Clone + Resource<DynamicType = ()>>(store: &Store<K>) -> Vec<K> {
             store.state().iter().map(|o| (**o).clone()).collect()
         }
         Snapshot {
-            pods: all(&self.pods),
+            pods: self
+                .pods
+                .state()
+                .iter()
+                .filter(|p| keep(p))
+                .map(|p| (**p).clone())
+                .collect(),
             nodes: all(&self.nodes),
             daemon_sets: all(&self.daemon_sets),
             deployments: all(&self.deployments),

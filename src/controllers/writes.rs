@@ -343,6 +343,24 @@ impl Writer {
         }
     }
 
+    /// Records on a pending pod the node Tailor planned it onto (`status.nominatedNodeName`,
+    /// KEP-5278): kube-scheduler then holds that node's room for the pod and tries the
+    /// node first, so pods bind where the plan put them instead of crowding each other off
+    /// the nodes bought for them.
+    pub async fn nominate(&self, namespace: &str, name: &str, node: &str) -> Result<()> {
+        let what = || format!("nominate node {node} for pod {namespace}/{name}");
+        self.check(what)?;
+        let body = json!({"status": {"nominatedNodeName": node}});
+        match Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
     /// Deletes a pod outright (after a NodeClaim's termination grace period).
     pub async fn delete_pod(&self, pod: &Pod) -> Result<()> {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
