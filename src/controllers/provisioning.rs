@@ -453,37 +453,17 @@ async fn act<C: CloudProvider>(
         }
     }
     let mut recommended: BTreeMap<String, (usize, f64, usize)> = BTreeMap::new();
+    let mut to_create = Vec::new();
     for planned in &plan.node_claims {
         let pool = pools.get(&planned.node_pool).copied();
         match (pool, ctx.mode_for(pool)) {
             (Some(pool), Mode::Autonomous) => {
                 let claim = node_claim_for(planned, pool, snapshot);
-                let name = claim.name_any();
-                match ctx.writer.apply_node_claim(&claim).await {
-                    Ok(_) => {
-                        tracing::info!(nodeclaim = %name, instance_type = %planned.instance_type, pods = planned.pods.len(), "created nodeclaim");
-                        for pod in &planned.pods {
-                            // The node is named after its claim when it registers.
-                            nominations.push((pod.as_str(), name.clone()));
-                            round
-                                .covered
-                                .insert(pod.clone(), Target::Claim(name.clone()));
-                            if let Some(since) = pods
-                                .get(pod)
-                                .and_then(|p| p.uid())
-                                .and_then(|uid| round.first_seen.get(&uid))
-                            {
-                                ctx.metrics.observe_provisioning(
-                                    &planned.node_pool,
-                                    now.duration_since(*since).as_secs_f64(),
-                                );
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(nodeclaim = %name, error = %e, "creating nodeclaim failed")
-                    }
+                for pod in &planned.pods {
+                    // The node is named after its claim when it registers.
+                    nominations.push((pod.as_str(), claim.name_any()));
                 }
+                to_create.push((claim, planned));
             }
             _ => {
                 let entry = recommended.entry(planned.node_pool.clone()).or_default();
@@ -499,7 +479,46 @@ async fn act<C: CloudProvider>(
             }
         }
     }
-    nominate(ctx, &nominations).await;
+    // Nominations race the new nodes: a pod must be nominated before its node turns Ready,
+    // or kube-scheduler may give the room to another. They go out alongside the claims.
+    let create = async {
+        let mut created = Vec::with_capacity(to_create.len());
+        // A few at a time: a large scale-up must not flood the API server.
+        for wave in to_create.chunks(4) {
+            let writes = wave.iter().map(|(claim, _)| ctx.writer.apply_node_claim(claim));
+            let results = futures::future::join_all(writes).await;
+            let at = ctx.clock.now();
+            for ((claim, planned), result) in wave.iter().zip(results) {
+                created.push((claim.name_any(), *planned, result, at));
+            }
+        }
+        created
+    };
+    let ((), created) = tokio::join!(nominate(ctx, &nominations), create);
+    for (name, planned, result, at) in created {
+        match result {
+            Ok(_) => {
+                tracing::info!(nodeclaim = %name, instance_type = %planned.instance_type, pods = planned.pods.len(), "created nodeclaim");
+                for pod in &planned.pods {
+                    round
+                        .covered
+                        .insert(pod.clone(), Target::Claim(name.clone()));
+                    if let Some(since) = pods
+                        .get(pod)
+                        .and_then(|p| p.uid())
+                        .and_then(|uid| round.first_seen.get(&uid))
+                    {
+                        ctx.metrics.observe_provisioning(
+                            &planned.node_pool,
+                            at.duration_since(*since).as_secs_f64(),
+                        );
+                    }
+                }
+            }
+            // Its pods stay uncovered and are planned again after a pause.
+            Err(e) => tracing::warn!(nodeclaim = %name, error = %e, "creating nodeclaim failed"),
+        }
+    }
     for (pool_name, (nodes, cost, pod_count)) in recommended {
         if let Some(pool) = pools.get(&pool_name) {
             ctx.writer
@@ -562,7 +581,7 @@ fn placed_pool<'a>(
 async fn nominate<C: CloudProvider>(ctx: &Context<C>, nominations: &[(&str, String)]) {
     use futures::StreamExt;
     futures::stream::iter(nominations)
-        .for_each_concurrent(16, |(pod, node)| async move {
+        .for_each_concurrent(32, |(pod, node)| async move {
             let (namespace, name) = pod.split_once('/').unwrap_or(("", pod));
             if let Err(e) = ctx.writer.nominate(namespace, name, node).await {
                 tracing::debug!(pod = %pod, node = %node, error = %e, "nominating the planned node failed");

@@ -33,8 +33,9 @@ impl Drop for ControlPlane {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        // A failed test keeps the cluster's and the agents' logs to read.
-        if std::thread::panicking() {
+        // A failed test keeps the cluster's and the agents' logs to read (any test does with
+        // TAILOR_E2E_KEEP_LOGS set).
+        if std::thread::panicking() || std::env::var_os("TAILOR_E2E_KEEP_LOGS").is_some() {
             let kept =
                 std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
             eprintln!("control plane logs kept in {}", kept.join("logs").display());
