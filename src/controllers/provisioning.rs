@@ -84,9 +84,17 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         let now = ctx.clock.now();
         let snapshot = ctx.state.snapshot();
         observe(&mut round, &snapshot, now);
+        ctx.metrics
+            .set_pods_pending(snapshot.pods.iter().filter(|p| is_provisionable(p)).count());
         if round.batcher.ready(now) {
             round.batcher.reset();
+            let started = std::time::Instant::now();
             provision(&ctx, &mut round, &snapshot, now).await;
+            ctx.metrics.reconcile(
+                crate::telemetry::names::Controller::Provisioning,
+                started.elapsed().as_secs_f64(),
+                false,
+            );
             // Whatever the round could not cover is looked at again after a pause.
             let retry_at = now.checked_add(RETRY).unwrap_or(now);
             for pod in std::mem::take(&mut round.uncovered) {
@@ -229,7 +237,6 @@ async fn provision<C: CloudProvider>(
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "instance types unavailable; provisioning postponed");
-            ctx.metrics.cloud_error("instance_types", "unavailable");
             return;
         }
     };
