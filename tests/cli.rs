@@ -166,6 +166,24 @@ fn bad_flags_fail_with_a_message_naming_the_value() {
 }
 
 #[test]
+fn committed_metric_reference_matches_what_tailor_metrics_reference_generates() {
+    let (ok, fresh, stderr) = tailor(&["metrics-reference"]);
+    assert!(ok, "{stderr}");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        fresh == committed,
+        "docs/metrics.md is stale: run `cargo run -- metrics-reference > docs/metrics.md`"
+    );
+    for metric in [
+        "tailor_nodeclaims_launched_total",
+        "tailor_pod_startup_duration_seconds_bucket",
+    ] {
+        assert!(fresh.contains(metric), "{metric} missing");
+    }
+}
+
+#[test]
 fn committed_crd_yaml_matches_what_tailor_crds_generates() {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().to_str().expect("utf-8 path");

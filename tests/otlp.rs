@@ -46,7 +46,7 @@ async fn metrics_recorded_through_the_facade_arrive_over_otlp_http() {
     let metrics = Metrics::new(&provider.meter("tailor"));
     metrics.nodeclaim_launched("default", "Standard_D4s_v5", "spot", "eastus-2");
     metrics.observe_provisioning("default", 37.5);
-    metrics.set_node_cost("default", "Standard_D4s_v5", "spot", 0.0768);
+    metrics.set_node_cost("default", "Standard_D4s_v5", "spot", "eastus-1", 0.0768);
     // The periodic reader exports from its own thread with a blocking client.
     tokio::task::spawn_blocking(move || provider.shutdown())
         .await

@@ -439,6 +439,7 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
     let options = CatalogOptions::for_region(&scenario.region);
     let types = Catalog::builtin()?.instance_types(&options)?;
     let metrics = crate::telemetry::Metrics::new(&opentelemetry::global::meter("tailor-demo"));
+    super::run::record_catalog(&metrics, &types);
     let ready = crate::server::Readiness::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     // Bound before the run: an address in use is reported now, not after a week of

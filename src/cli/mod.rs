@@ -52,6 +52,9 @@ pub enum Command {
     /// Run the in-cluster agent: provision nodes for pending pods, manage their lifecycle
     /// and consolidate them (autonomous mode), or report what it would do (recommend mode).
     Run(Box<run::RunArgs>),
+    /// Print the reference of every metric Tailor exports: name, type, unit, labels and
+    /// meaning (committed as docs/metrics.md).
+    MetricsReference,
 }
 
 /// Why a command failed.
@@ -106,6 +109,10 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Recommend(args) => recommend::run(*args, out),
         Command::Demo(args) => demo::run(args, out),
         Command::Run(args) => run::run(*args, out),
+        Command::MetricsReference => {
+            out.write_all(crate::telemetry::metrics::reference_page().as_bytes())?;
+            Ok(())
+        }
     }
 }
 

@@ -192,6 +192,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         .await
         .map_err(|e| CliError::Input(e.to_string()))?;
     let metrics = Metrics::new(&opentelemetry::global::meter("tailor"));
+    record_catalog(&metrics, &types);
     let ready = Readiness::default();
     let mut tasks = JoinSet::new();
     serve(
@@ -249,6 +250,8 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                         .unwrap_or(jiff::SignedDuration::from_mins(3)),
                 },
             );
+            // Every cloud call is counted, timed and its failures counted by kind.
+            let cloud = crate::cloud::metered::MeteredCloud::new(cloud, Some(metrics.clone()));
             let ctx = Arc::new(Context {
                 state: state.clone(),
                 writer,
@@ -376,4 +379,19 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// Records what the catalog offers per capacity type and when it was loaded.
+pub(crate) fn record_catalog(metrics: &Metrics, types: &[crate::model::InstanceType]) {
+    for capacity in [
+        crate::model::CapacityType::Spot,
+        crate::model::CapacityType::OnDemand,
+    ] {
+        let offered = types
+            .iter()
+            .filter(|t| t.offerings.iter().any(|o| o.capacity_type == capacity))
+            .count();
+        metrics.set_catalog_instance_types(capacity.as_str(), offered);
+    }
+    metrics.set_catalog_updated(jiff::Timestamp::now().as_second());
 }

@@ -4,6 +4,7 @@
 //! it.
 
 pub mod kwok;
+pub mod metered;
 pub mod sim;
 pub mod unavailable;
 

@@ -305,6 +305,16 @@ async fn decide<C: CloudProvider>(
     let report = disruption::evaluate(&cluster, &settings);
     ctx.metrics
         .observe_decision("consolidation", started.elapsed().as_secs_f64());
+    ctx.metrics
+        .set_disruption_blocked(report.blocked.iter().map(|b| b.reason.as_str()));
+    ctx.metrics.set_savings_available(
+        crate::telemetry::names::SavingsSource::Consolidation,
+        report
+            .decisions
+            .iter()
+            .map(|d| d.savings_per_hour.max(0.0))
+            .sum(),
+    );
     let marks = claim_marks(&cluster);
     Some((report.decisions.into_iter().next(), marks))
 }

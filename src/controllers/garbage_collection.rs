@@ -37,8 +37,14 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         if !ctx.writer.is_leader() {
             continue;
         }
-        if let Err(e) = collect(&ctx).await {
-            ctx.metrics.cloud_error("list", e.kind());
+        let started = std::time::Instant::now();
+        let result = collect(&ctx).await;
+        ctx.metrics.reconcile(
+            crate::telemetry::names::Controller::GarbageCollection,
+            started.elapsed().as_secs_f64(),
+            result.is_err(),
+        );
+        if let Err(e) = result {
             tracing::warn!(error = %e, "garbage collection failed");
         }
     }
@@ -57,8 +63,9 @@ async fn collect<C: CloudProvider>(ctx: &Context<C>) -> Result<(), CloudError> {
         ctx.settings.gc_grace,
     ) {
         tracing::warn!(instance = %orphan.provider_id, claim = %orphan.claim, "instance without a nodeclaim; deleting it");
+        // A failure is counted by the metered cloud; the next pass tries again.
         if let Err(e) = ctx.cloud.delete(&orphan.provider_id).await {
-            ctx.metrics.cloud_error("delete", e.kind());
+            tracing::warn!(instance = %orphan.provider_id, error = %e, "deleting an orphan instance failed");
         }
     }
     let live: BTreeSet<&str> = instances.iter().map(|i| i.provider_id.as_str()).collect();

@@ -8,12 +8,14 @@
 //! - [`disruption`]: consolidation, drift and expiration carried out through NodeClaims,
 //!   replacements ready before anything is drained; reported only in recommend-only mode;
 //! - [`garbage_collection`]: instances without a NodeClaim, NodeClaims without an instance;
+//! - [`cost`]: the managed nodes counted and priced, for the cost metrics;
 //! - [`writes`]: every write to the cluster, checked against leadership.
 //!
 //! Intent lives in the API server: the provisioner creates NodeClaims, the lifecycle
 //! controller acts on them, so a restart or a new leader continues where the last stopped.
 //! All controllers are started by [`run`] from one list.
 
+pub mod cost;
 pub mod disruption;
 pub mod garbage_collection;
 pub mod nodeclaim;
@@ -170,6 +172,7 @@ pub fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet
     tasks.spawn(provisioning::run(ctx.clone()));
     tasks.spawn(nodeclaim::run(ctx.clone()));
     tasks.spawn(disruption::run(ctx.clone()));
+    tasks.spawn(cost::run(ctx.clone()));
     tasks.spawn(garbage_collection::run(ctx));
 }
 

@@ -82,14 +82,14 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             continue;
         }
         let now = ctx.clock.now();
-        observe(
-            &mut round,
-            &ctx.state.pods.state(),
-            &ctx.state.node_claims.state(),
-            now,
-        );
+        let pods = ctx.state.pods.state();
+        observe(&mut round, &pods, &ctx.state.node_claims.state(), now);
+        ctx.metrics
+            .set_pods_pending(pods.iter().filter(|p| is_provisionable(p)).count());
+        drop(pods);
         if round.batcher.ready(now) {
             round.batcher.reset();
+            let started = std::time::Instant::now();
             // The planning copy of the stores is made only when a batch closes, and holds
             // only the pods planning reads: those bound to nodes and those pending.
             let snapshot = ctx.state.snapshot_with_pods(|p| {
@@ -97,6 +97,11 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
                     || is_provisionable(p)
             });
             provision(&ctx, &mut round, snapshot, now).await;
+            ctx.metrics.reconcile(
+                crate::telemetry::names::Controller::Provisioning,
+                started.elapsed().as_secs_f64(),
+                false,
+            );
             // Whatever the round could not cover is looked at again after a pause.
             let retry_at = now.checked_add(RETRY).unwrap_or(now);
             for pod in std::mem::take(&mut round.uncovered) {
@@ -236,7 +241,6 @@ async fn provision<C: CloudProvider>(
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "instance types unavailable; provisioning postponed");
-            ctx.metrics.cloud_error("instance_types", "unavailable");
             return;
         }
     };

@@ -15,6 +15,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::{Cluster, Decision, Settings, is_daemon, revalidate};
 use crate::cloud::{CloudProvider, Instance, InstanceState};
 use crate::provisioning::{Mode, launch_request};
+use crate::telemetry::Metrics;
 
 /// Karpenter waits this long before acting on a consolidation decision and re-checks it.
 pub const DEFAULT_VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(15);
@@ -98,6 +99,8 @@ pub struct Disrupter<C> {
     commands: Vec<Command>,
     /// Decisions recorded in recommend-only mode.
     recommended: Vec<(Timestamp, Decision)>,
+    /// Where replacement launches are counted, beside the provisioner's.
+    metrics: Option<Metrics>,
 }
 
 impl<C: CloudProvider> Disrupter<C> {
@@ -110,7 +113,14 @@ impl<C: CloudProvider> Disrupter<C> {
             validation_delay,
             commands: Vec::new(),
             recommended: Vec::new(),
+            metrics: None,
         }
+    }
+
+    /// Counts replacement launches in `metrics`' launch counter.
+    pub fn with_metrics(mut self, metrics: Option<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Commands, finished ones included.
@@ -211,6 +221,14 @@ impl<C: CloudProvider> Disrupter<C> {
                                 instance.claim, instance.instance_type, instance.zone
                             ),
                         );
+                        if let Some(m) = &self.metrics {
+                            m.nodeclaim_launched(
+                                &claim.node_pool,
+                                &instance.instance_type,
+                                instance.capacity_type.as_str(),
+                                &instance.zone,
+                            );
+                        }
                         c.launched.push(instance);
                     }
                     Err(e) => {

@@ -16,6 +16,7 @@ use super::scenario::{Kind, Scenario};
 use crate::apis::labels;
 use crate::apis::nodepool::BudgetNodes;
 use crate::clock::{Clock, VirtualClock};
+use crate::cloud::metered::MeteredCloud;
 use crate::cloud::sim::{SimSettings, SimulatedAzure};
 use crate::cloud::{CloudProvider, InstanceState};
 use crate::disruption::cluster::PoolRules;
@@ -27,6 +28,10 @@ use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, re
 use crate::scheduling::input::default_pool;
 use crate::scheduling::{self, DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
 use crate::telemetry::Metrics;
+use crate::telemetry::names::{Controller, RecommendationState, SavingsSource, Stage, Usage, When};
+
+/// The simulated cloud, with every call metered as the agent's is.
+type Cloud = MeteredCloud<SimulatedAzure>;
 
 const GIB: f64 = 1_073_741_824.0;
 
@@ -278,8 +283,14 @@ struct World<'a> {
     /// USD per hour of nodes provisioning has launched so far.
     launched_per_hour: f64,
     metrics: Option<Metrics>,
-    /// (pool, size, capacity type) whose cost was last reported (to zero the ones gone).
-    reported_types: std::collections::BTreeSet<(String, String, String)>,
+    /// (pool, size, capacity type, zone) whose cost was last reported (to zero the ones
+    /// gone).
+    reported_types: std::collections::BTreeSet<(String, String, String, String)>,
+    /// Per workload: whether its last recommendation was actionable, and its $/hour effect
+    /// per pod.
+    last_recommendation: Vec<Option<(bool, f64)>>,
+    /// Per namespace: CPU cores and memory bytes used in the last step.
+    used_by_namespace: BTreeMap<String, (f64, f64)>,
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
@@ -464,7 +475,7 @@ impl World<'_> {
 
     /// VMs that came up register as nodes (with their DaemonSet pods); nominated pods
     /// start running.
-    async fn register(&mut self, cloud: &SimulatedAzure) {
+    async fn register(&mut self, cloud: &Cloud) {
         let Ok(instances) = cloud.list().await else {
             return;
         };
@@ -481,6 +492,12 @@ impl World<'_> {
             .map(|n| n.name.clone())
             .collect();
         for name in gone {
+            if let Some(m) = &self.metrics
+                && let Some(n) = self.nodes.iter().find(|n| n.name == name)
+            {
+                let pool = n.labels.get(labels::NODE_POOL).map_or("", String::as_str);
+                m.nodeclaim_terminated(pool, "interrupted");
+            }
             self.remove_node(&name);
         }
         for i in instances {
@@ -517,6 +534,12 @@ impl World<'_> {
                 i.capacity_type.as_str().to_string(),
             );
             node_labels.insert(labels::HOSTNAME.to_string(), i.claim.clone());
+            if let Some(m) = &self.metrics {
+                let launched = self.now - i.created_at.as_second();
+                m.observe_nodeclaim_stage(&pool_name, Stage::Registered, launched as f64);
+                // A simulated node is ready for pods as it joins.
+                m.observe_nodeclaim_stage(&pool_name, Stage::Initialized, 0.0);
+            }
             self.nodes.push(SimNode {
                 name: i.claim.clone(),
                 provider_id: i.provider_id.clone(),
@@ -538,7 +561,7 @@ impl World<'_> {
                 if h % 4 == 0 {
                     let at = self.now + 3600 + (h / 4 % 36_000) as i64;
                     if let Ok(at) = Timestamp::from_second(at) {
-                        cloud.schedule_spot_interruption(&i.provider_id, at);
+                        cloud.inner().schedule_spot_interruption(&i.provider_id, at);
                     }
                 }
             }
@@ -554,7 +577,7 @@ impl World<'_> {
                     if let Some(since) = p.pending_since.take() {
                         self.latencies.push((now - since) as f64);
                         if let Some(m) = &self.metrics {
-                            m.observe_provisioning("default", (now - since) as f64);
+                            m.observe_pod_startup(&pool_name, (now - since) as f64);
                         }
                     }
                 }
@@ -581,7 +604,7 @@ impl World<'_> {
 
     /// Spot interruption notices: the node is cordoned and drained at once (its pods are
     /// pending again and get new nodes); the cloud reclaims the VM at the deadline.
-    async fn interruptions(&mut self, cloud: &SimulatedAzure) {
+    async fn interruptions(&mut self, cloud: &Cloud) {
         let Ok(notices) = cloud.interruptions().await else {
             return;
         };
@@ -614,7 +637,7 @@ impl World<'_> {
     }
 
     /// Pending pods: placed on nodes with room, or on new nodes bought from the cloud.
-    async fn provision(&mut self, cloud: &SimulatedAzure) {
+    async fn provision(&mut self, cloud: &Cloud) {
         let pending = self.pending();
         if pending.is_empty() {
             return;
@@ -626,6 +649,7 @@ impl World<'_> {
             pools: self.pools_now(),
             daemon_sets: self.daemon_sets.clone(),
         };
+        let started = std::time::Instant::now();
         let plan = scheduling::schedule(
             &input,
             &Options {
@@ -633,6 +657,9 @@ impl World<'_> {
                 ..Options::default()
             },
         );
+        if let Some(m) = &self.metrics {
+            m.observe_decision("scheduling", started.elapsed().as_secs_f64());
+        }
         let now = self.now;
         for placement in &plan.existing_nodes {
             for key in &placement.pods {
@@ -642,7 +669,13 @@ impl World<'_> {
                     if let Some(since) = p.pending_since.take() {
                         self.latencies.push((now - since) as f64);
                         if let Some(m) = &self.metrics {
-                            m.observe_provisioning("default", (now - since) as f64);
+                            let pool = self
+                                .nodes
+                                .iter()
+                                .find(|n| n.name == placement.node)
+                                .and_then(|n| n.labels.get(labels::NODE_POOL))
+                                .map_or("", String::as_str);
+                            m.observe_pod_startup(pool, (now - since) as f64);
                         }
                     }
                 }
@@ -661,6 +694,19 @@ impl World<'_> {
                         instance.capacity_type.as_str(),
                         &instance.zone,
                     );
+                    // The simulated claim is created and launched in one step.
+                    let launched = instance.created_at.as_second() - now;
+                    m.observe_nodeclaim_stage(&claim.node_pool, Stage::Launched, launched as f64);
+                    for key in &claim.pods {
+                        if let Some(since) = self
+                            .pods
+                            .iter()
+                            .find(|p| &p.key == key)
+                            .and_then(|p| p.pending_since)
+                        {
+                            m.observe_provisioning(&claim.node_pool, (now - since) as f64);
+                        }
+                    }
                 }
                 self.launching
                     .insert(instance.claim.clone(), claim.labels.clone());
@@ -678,6 +724,7 @@ impl World<'_> {
         let i = ((self.now - self.scenario.start) / self.scenario.step).max(0) as usize;
         let (mut cpu_used, mut mem_used) = (0.0, 0.0);
         let mut killed = Vec::new();
+        self.used_by_namespace.clear();
         for p in &mut self.pods {
             if !p.running {
                 continue;
@@ -689,11 +736,18 @@ impl World<'_> {
             let (cpu, mem) = (cpu * p.jitter, mem * p.jitter);
             cpu_used += cpu;
             mem_used += mem;
+            let namespace = &self.scenario.workloads[p.workload].namespace;
+            let used = self.used_by_namespace.entry(namespace.clone()).or_default();
+            used.0 += cpu;
+            used.1 += mem;
             let h = &mut self.histories[p.workload];
             h.add_cpu(self.now, cpu);
             h.add_memory(self.now, mem);
             if mem > p.memory_limit as f64 {
                 self.ooms += 1;
+                if let Some(m) = &self.metrics {
+                    m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
+                }
                 self.oom_by_workload[p.workload] += 1;
                 h.add_oom_with_request(self.now, mem, p.memory as f64);
                 killed.push(p.key.clone());
@@ -746,6 +800,10 @@ impl World<'_> {
         );
         if !oom {
             self.last_reasons[w] = r.reasons.clone();
+            self.last_recommendation[w] = r
+                .recommended
+                .cpu
+                .map(|_| (r.actionable, r.hourly_cost_delta));
         }
         let (Some(cpu), Some(memory)) = (r.recommended.cpu, r.recommended.memory) else {
             return None;
@@ -771,7 +829,9 @@ impl World<'_> {
     /// actionable ones become the workload's size and running pods are resized in place
     /// where their node has room.
     fn rightsize(&mut self) -> usize {
+        let started = std::time::Instant::now();
         let mut changed = 0;
+        let mut available = 0.0;
         for w in 0..self.scenario.workloads.len() {
             let before = self.sizes[w];
             let Some(next) = self.resize_workload(w, false) else {
@@ -780,10 +840,48 @@ impl World<'_> {
             changed += 1;
             if self.settings.mode != Mode::Autonomous {
                 self.sizes[w] = before; // reported only
+                let pods = self.pods.iter().filter(|p| p.workload == w).count();
+                if let Some((true, delta)) = self.last_recommendation[w] {
+                    available += (-delta).max(0.0) * pods as f64;
+                }
                 continue;
             }
             self.applied += 1;
+            if let Some(m) = &self.metrics {
+                m.recommendation_applied(&self.scenario.workloads[w].namespace);
+            }
             self.resize_in_place(w, next);
+        }
+        if let Some(m) = &self.metrics {
+            let seconds = started.elapsed().as_secs_f64();
+            m.observe_decision("rightsizing", seconds);
+            m.reconcile(Controller::Rightsizing, seconds, false);
+            let covered = self.last_recommendation.iter().flatten().count();
+            m.set_rightsizing_containers(covered);
+            let stale = self
+                .last_recommendation
+                .iter()
+                .flatten()
+                .filter(|(actionable, _)| !actionable)
+                .count();
+            let applied = (0..self.sizes.len())
+                .filter(|&w| {
+                    let original = &self.scenario.workloads[w];
+                    self.sizes[w].cpu != original.cpu_request
+                        || self.sizes[w].memory != original.memory_request
+                })
+                .count();
+            let actionable = if self.settings.mode == Mode::Autonomous {
+                0
+            } else {
+                changed
+            };
+            m.set_recommendations(RecommendationState::Actionable, actionable);
+            m.set_recommendations(RecommendationState::Applied, applied);
+            m.set_recommendations(RecommendationState::Stale, stale);
+            m.set_savings_available(SavingsSource::Rightsizing, available);
+            // The simulated usage is read every step: the newest sample is this step's.
+            m.set_usage_data_age(0.0);
         }
         changed
     }
@@ -830,9 +928,46 @@ impl World<'_> {
         left
     }
 
+    /// Per namespace: requests before right-sizing and now, their hourly cost against the
+    /// cost of what is used, and the hour's realised right-sizing saving.
+    fn record_namespaces(&self, m: &Metrics) {
+        let prices = &self.context.prices;
+        let value = |cores: f64, bytes: f64| {
+            cores * prices.per_core_hour + bytes / GIB * prices.per_gib_hour
+        };
+        // (original cores, original bytes, current cores, current bytes)
+        let mut requests: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
+        for p in self.pods.iter().filter(|p| p.running) {
+            let w = &self.scenario.workloads[p.workload];
+            let r = requests.entry(w.namespace.as_str()).or_default();
+            r.0 += w.cpu_request as f64 / 1000.0;
+            r.1 += w.memory_request as f64;
+            r.2 += p.cpu as f64 / 1000.0;
+            r.3 += p.memory as f64;
+        }
+        let mut realised = 0.0;
+        for (namespace, (cpu0, mem0, cpu, mem)) in &requests {
+            m.set_namespace_requests(namespace, When::Before, *cpu0, *mem0);
+            m.set_namespace_requests(namespace, When::After, *cpu, *mem);
+            m.set_namespace_cost(namespace, Usage::Requested, value(*cpu, *mem));
+            let (cpu_used, mem_used) = self
+                .used_by_namespace
+                .get(*namespace)
+                .copied()
+                .unwrap_or_default();
+            m.set_namespace_cost(namespace, Usage::Used, value(cpu_used, mem_used));
+            realised += (value(*cpu0, *mem0) - value(*cpu, *mem)).max(0.0);
+        }
+        // Sampled hourly: the hour's saving is the rate times one hour.
+        m.savings_realised(SavingsSource::Rightsizing, realised);
+        m.set_snapshot_objects("Pod", self.pods.len());
+        m.set_snapshot_objects("Node", self.nodes.len());
+    }
+
     fn sample(&mut self, cpu_used: f64, mem_used: f64, cloud: &SimulatedAzure) -> Sample {
         let mut nodes_by_type = BTreeMap::new();
-        let mut cost_by_type: BTreeMap<(String, String, String), f64> = BTreeMap::new();
+        let mut cost_by_type: BTreeMap<(String, String, String, String), f64> = BTreeMap::new();
+        let mut count_by_type: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
         for n in &self.nodes {
             *nodes_by_type.entry(n.instance_type.clone()).or_default() += 1;
             let pool = n.labels.get(labels::NODE_POOL).cloned().unwrap_or_default();
@@ -840,21 +975,28 @@ impl World<'_> {
                 pool,
                 n.instance_type.clone(),
                 n.capacity_type.as_str().to_string(),
+                n.zone.clone(),
             );
+            *count_by_type.entry(key.clone()).or_default() += 1;
             *cost_by_type.entry(key).or_default() += n.price;
         }
         if let Some(m) = &self.metrics {
-            for (pool, t, capacity) in self
+            for (pool, t, capacity, zone) in self
                 .reported_types
                 .iter()
                 .filter(|k| !cost_by_type.contains_key(*k))
             {
-                m.set_node_cost(pool, t, capacity, 0.0);
+                m.set_node_cost(pool, t, capacity, zone, 0.0);
+                m.set_nodes(pool, t, capacity, zone, 0);
             }
-            for ((pool, t, capacity), cost) in &cost_by_type {
-                m.set_node_cost(pool, t, capacity, *cost);
+            for ((pool, t, capacity, zone), cost) in &cost_by_type {
+                m.set_node_cost(pool, t, capacity, zone, *cost);
+            }
+            for ((pool, t, capacity, zone), n) in &count_by_type {
+                m.set_nodes(pool, t, capacity, zone, *n);
             }
             self.reported_types = cost_by_type.keys().cloned().collect();
+            self.record_namespaces(m);
         }
         let scheduled = self.pods.iter().filter(|p| p.node.is_some());
         let (cpu, mem) = scheduled.fold((0i64, 0i64), |a, p| (a.0 + p.cpu, a.1 + p.memory));
@@ -912,6 +1054,9 @@ impl Actuator for World<'_> {
                 p.memory_limit = sizes.memory_limit;
                 self.evicted += 1;
                 self.evicted_by_workload[p.workload] += 1;
+                if let Some(m) = &self.metrics {
+                    m.eviction();
+                }
             }
         }
         ready(Ok(()))
@@ -919,7 +1064,13 @@ impl Actuator for World<'_> {
 
     fn delete_node(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
         if let Some(m) = &self.metrics {
-            m.nodeclaim_terminated("default", "consolidation");
+            let pool = self
+                .nodes
+                .iter()
+                .find(|n| n.name == node)
+                .and_then(|n| n.labels.get(labels::NODE_POOL))
+                .map_or("", String::as_str);
+            m.nodeclaim_terminated(pool, "consolidation");
         }
         self.remove_node(node);
         ready(Ok(()))
@@ -1048,13 +1199,25 @@ pub async fn run(
         launched_per_hour: 0.0,
         metrics: metrics.cloned(),
         reported_types: Default::default(),
+        last_recommendation: vec![None; scenario.workloads.len()],
+        used_by_namespace: BTreeMap::new(),
     };
+    if let Some(m) = metrics {
+        // Per-namespace counters start at zero: a namespace without OOM kills shows 0.
+        for w in &scenario.workloads {
+            m.oom_kills(&w.namespace, 0);
+            m.recommendation_applied_by(&w.namespace, 0);
+        }
+    }
+    let metered: Cloud = MeteredCloud::new(cloud.clone(), metrics.cloned());
+    // Replacements count in the launch metrics like the provisioner's launches.
     let mut disrupter = Disrupter::new(
-        cloud.clone(),
+        metered.clone(),
         settings.mode,
         settings.disruption.clone(),
         SignedDuration::from_secs(15),
-    );
+    )
+    .with_metrics(metrics.cloned());
     let end = scenario.start + i64::from(scenario.days) * 86_400;
     let mut samples = Vec::new();
     let mut recommended = 0usize;
@@ -1089,12 +1252,21 @@ pub async fn run(
                 );
             }
         }
-        world.interruptions(&cloud).await;
-        world.register(&cloud).await;
+        world.interruptions(&metered).await;
+        world.register(&metered).await;
         if (world.now - scenario.start) % 3600 == 0 {
             world.reconcile_workloads();
         }
-        world.provision(&cloud).await;
+        let started = std::time::Instant::now();
+        world.provision(&metered).await;
+        if let Some(m) = &world.metrics {
+            m.reconcile(
+                Controller::Provisioning,
+                started.elapsed().as_secs_f64(),
+                false,
+            );
+            m.set_pods_pending(world.pods.iter().filter(|p| p.node.is_none()).count());
+        }
         let (cpu_used, mem_used) = world.usage();
         if since >= 86_400 && since % settings.rightsizing_every == 0 {
             recommended = world.rightsize();
@@ -1104,7 +1276,21 @@ pub async fn run(
             let started = std::time::Instant::now();
             let report = disruption::evaluate(&view, &settings.disruption);
             if let Some(m) = &world.metrics {
-                m.observe_decision("disruption", started.elapsed().as_secs_f64());
+                let seconds = started.elapsed().as_secs_f64();
+                m.observe_decision("disruption", seconds);
+                m.reconcile(Controller::Disruption, seconds, false);
+                m.set_disruption_blocked(report.blocked.iter().map(|b| b.reason.as_str()));
+                let savings = report.decisions.iter().map(|d| d.savings_per_hour.max(0.0));
+                m.set_savings_available(SavingsSource::Consolidation, savings.sum());
+                let mode = match settings.mode {
+                    Mode::Autonomous => "autonomous",
+                    Mode::RecommendOnly => "recommend",
+                };
+                for d in &report.decisions {
+                    // `Method`'s names, lower-cased, are the documented label values.
+                    let method = format!("{:?}", d.method).to_lowercase();
+                    m.disruption_decision(&method, mode);
+                }
             }
             if settings.mode == Mode::Autonomous {
                 disrupter.submit(Clock::now(&clock), report.decisions.clone());
@@ -1119,7 +1305,7 @@ pub async fn run(
             }
             let view = world.view();
             disrupter.tick(Clock::now(&clock), &view, &mut world).await;
-            world.register(&cloud).await;
+            world.register(&metered).await;
             clock.advance(Duration::from_secs(15));
             world.now += 15;
         }
@@ -1133,9 +1319,23 @@ pub async fn run(
         launched_seen = world.launched_per_hour;
         credit_per_hour = (credit_per_hour - bought).max(0.0);
         realised += credit_per_hour * scenario.step as f64 / 3600.0;
+        if let Some(m) = &world.metrics {
+            let saved = credit_per_hour * scenario.step as f64 / 3600.0;
+            m.savings_realised(SavingsSource::Consolidation, saved);
+        }
         world.pending_seconds +=
             world.pods.iter().filter(|p| !p.running).count() as f64 * scenario.step as f64;
         if since % 3600 == 0 {
+            if let Some(m) = &world.metrics
+                && let Ok(types) = metered.instance_types().await
+            {
+                let unavailable = types
+                    .iter()
+                    .flat_map(|t| &t.offerings)
+                    .filter(|o| !o.available)
+                    .count();
+                m.set_unavailable_offerings(unavailable);
+            }
             samples.push(world.sample(cpu_used, mem_used, &cloud));
             progress((step + 1) as f64 / steps as f64);
         }

@@ -1,7 +1,9 @@
 //! The metrics facade: every measurement goes through one method here, which records it
 //! both in the Prometheus registry behind `/metrics` and in OpenTelemetry instruments
-//! (exported by OTLP when configured, no-ops otherwise).
+//! (exported by OTLP when configured, no-ops otherwise). Every family is registered from
+//! [`names::CATALOGUE`], so what is served is exactly what the reference page documents.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -16,10 +18,39 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::names::{self, label};
+use super::names::{
+    self, BlockedReason, CloudOperation, Controller, MetricDef, MetricType, RecommendationState,
+    SavingsSource, Stage, TerminationReason, Usage, When,
+};
 
 type Labels = Vec<(&'static str, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// Units whose values are fractional; every other unit counts things.
+const FLOAT_UNITS: &[&str] = &[
+    "seconds",
+    "dollars",
+    "dollars per hour",
+    "cores",
+    "bytes",
+    "unix seconds",
+];
+
+fn is_float(def: &MetricDef) -> bool {
+    FLOAT_UNITS.contains(&def.unit)
+}
+
+fn buckets(def: &MetricDef) -> &'static [f64] {
+    match def.name {
+        n if n == names::DECISION_DURATION.name || n == names::RECONCILE_DURATION.name => {
+            names::DECISION_BUCKETS
+        }
+        n if n == names::CLOUD_REQUEST_DURATION.name => names::CALL_BUCKETS,
+        _ => names::PROVISIONING_BUCKETS,
+    }
+}
 
 fn provisioning_histogram() -> Histogram {
     Histogram::new(names::PROVISIONING_BUCKETS.iter().copied())
@@ -29,48 +60,128 @@ fn decision_histogram() -> Histogram {
     Histogram::new(names::DECISION_BUCKETS.iter().copied())
 }
 
-struct Otel {
-    provisioning: OtelHistogram<f64>,
-    launched: OtelCounter<u64>,
-    terminated: OtelCounter<u64>,
-    cloud_errors: OtelCounter<u64>,
-    node_cost: OtelGauge<f64>,
-    decision: OtelHistogram<f64>,
-    snapshot_objects: OtelGauge<u64>,
-    catalog_types: OtelGauge<u64>,
-    evictions: OtelCounter<u64>,
-    leader: OtelGauge<u64>,
-    disruption_decisions: OtelCounter<u64>,
-    unavailable_offerings: OtelGauge<u64>,
+fn call_histogram() -> Histogram {
+    Histogram::new(names::CALL_BUCKETS.iter().copied())
 }
 
-impl Otel {
-    fn new(meter: &Meter) -> Self {
-        Otel {
-            provisioning: meter
-                .f64_histogram(names::PROVISIONING_DURATION)
-                .with_unit("s")
-                .with_boundaries(names::PROVISIONING_BUCKETS.to_vec())
-                .build(),
-            launched: meter.u64_counter(names::NODECLAIMS_LAUNCHED).build(),
-            terminated: meter.u64_counter(names::NODECLAIMS_TERMINATED).build(),
-            cloud_errors: meter.u64_counter(names::CLOUD_ERRORS).build(),
-            node_cost: meter
-                .f64_gauge(names::NODE_HOURLY_COST)
-                .with_unit("USD/h")
-                .build(),
-            decision: meter
-                .f64_histogram(names::DECISION_DURATION)
-                .with_unit("s")
-                .with_boundaries(names::DECISION_BUCKETS.to_vec())
-                .build(),
-            snapshot_objects: meter.u64_gauge(names::SNAPSHOT_OBJECTS).build(),
-            catalog_types: meter.u64_gauge(names::CATALOG_INSTANCE_TYPES).build(),
-            evictions: meter.u64_counter(names::EVICTIONS).build(),
-            leader: meter.u64_gauge(names::LEADER).build(),
-            disruption_decisions: meter.u64_counter(names::DISRUPTION_DECISIONS).build(),
-            unavailable_offerings: meter.u64_gauge(names::UNAVAILABLE_OFFERINGS).build(),
-        }
+/// One registered family, of the type its definition says.
+#[derive(Clone)]
+enum Prom {
+    Counter(Family<Labels, Counter>),
+    FloatCounter(Family<Labels, FloatCounter>),
+    Gauge(Family<Labels, Gauge>),
+    FloatGauge(Family<Labels, FloatGauge>),
+    Histogram(HistogramFamily),
+}
+
+enum Otel {
+    Counter(OtelCounter<u64>),
+    FloatCounter(OtelCounter<f64>),
+    Gauge(OtelGauge<u64>),
+    FloatGauge(OtelGauge<f64>),
+    Histogram(OtelHistogram<f64>),
+}
+
+struct Instrument {
+    def: MetricDef,
+    prom: Prom,
+    otel: Otel,
+}
+
+impl Instrument {
+    fn new(def: MetricDef, meter: &Meter) -> Self {
+        let unit = otel_unit(def.unit);
+        let (prom, otel) = match (def.kind, is_float(&def)) {
+            (MetricType::Counter, false) => (
+                Prom::Counter(Family::default()),
+                Otel::Counter(
+                    meter
+                        .u64_counter(def.name)
+                        .with_description(def.help)
+                        .with_unit(unit)
+                        .build(),
+                ),
+            ),
+            (MetricType::Counter, true) => (
+                Prom::FloatCounter(Family::default()),
+                Otel::FloatCounter(
+                    meter
+                        .f64_counter(def.name)
+                        .with_description(def.help)
+                        .with_unit(unit)
+                        .build(),
+                ),
+            ),
+            (MetricType::Gauge, false) => (
+                Prom::Gauge(Family::default()),
+                Otel::Gauge(
+                    meter
+                        .u64_gauge(def.name)
+                        .with_description(def.help)
+                        .with_unit(unit)
+                        .build(),
+                ),
+            ),
+            (MetricType::Gauge, true) => (
+                Prom::FloatGauge(Family::default()),
+                Otel::FloatGauge(
+                    meter
+                        .f64_gauge(def.name)
+                        .with_description(def.help)
+                        .with_unit(unit)
+                        .build(),
+                ),
+            ),
+            (MetricType::Histogram, _) => {
+                let constructor: fn() -> Histogram = match buckets(&def) {
+                    b if std::ptr::eq(b, names::DECISION_BUCKETS) => decision_histogram,
+                    b if std::ptr::eq(b, names::CALL_BUCKETS) => call_histogram,
+                    _ => provisioning_histogram,
+                };
+                (
+                    Prom::Histogram(Family::new_with_constructor(constructor)),
+                    Otel::Histogram(
+                        meter
+                            .f64_histogram(def.name)
+                            .with_description(def.help)
+                            .with_unit(unit)
+                            .with_boundaries(buckets(&def).to_vec())
+                            .build(),
+                    ),
+                )
+            }
+        };
+        Instrument { def, prom, otel }
+    }
+
+    fn labels(&self, values: &[&str]) -> Labels {
+        // Every call site passes the values of the keys the catalogue lists, in order; a
+        // mismatch is a bug caught by the tests.
+        debug_assert_eq!(
+            values.len(),
+            self.def.labels.len(),
+            "{}: label values {values:?} for keys {:?}",
+            self.def.name,
+            self.def.labels
+        );
+        self.def
+            .labels
+            .iter()
+            .zip(values)
+            .map(|(k, v)| (*k, (*v).to_string()))
+            .collect()
+    }
+}
+
+/// The OpenTelemetry (UCUM) unit for a catalogue unit.
+fn otel_unit(unit: &str) -> &'static str {
+    match unit {
+        "seconds" | "unix seconds" => "s",
+        "bytes" => "By",
+        "dollars" => "USD",
+        "dollars per hour" => "USD/h",
+        "cores" => "{core}",
+        _ => "1",
     }
 }
 
@@ -81,127 +192,153 @@ fn kv(labels: &Labels) -> Vec<KeyValue> {
         .collect()
 }
 
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
 /// Tailor's metrics. Cheap to clone; clones record into the same registry.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
-    provisioning: Family<Labels, Histogram, fn() -> Histogram>,
-    launched: Family<Labels, Counter>,
-    terminated: Family<Labels, Counter>,
-    cloud_errors: Family<Labels, Counter>,
-    node_cost: Family<Labels, FloatGauge>,
-    decision: Family<Labels, Histogram, fn() -> Histogram>,
-    snapshot_objects: Family<Labels, Gauge>,
-    catalog_types: Family<Labels, Gauge>,
-    evictions: Counter,
-    leader: Gauge,
-    disruption_decisions: Family<Labels, Counter>,
-    unavailable_offerings: Gauge,
-    otel: Arc<Otel>,
+    instruments: Arc<BTreeMap<&'static str, Instrument>>,
 }
 
 impl Metrics {
-    /// Creates the metrics, registering every family, and recording into `meter` too.
+    /// Creates the metrics, registering every family of the catalogue, and recording into
+    /// `meter` too.
     pub fn new(meter: &Meter) -> Self {
         let mut registry = Registry::default();
-        let build_info: Family<Labels, Gauge> = Family::default();
-        build_info
-            .get_or_create(&vec![(
-                label::VERSION,
-                env!("CARGO_PKG_VERSION").to_string(),
-            )])
-            .set(1);
-        registry.register(names::BUILD_INFO, "Tailor build information", build_info);
+        let mut instruments = BTreeMap::new();
+        for def in names::CATALOGUE {
+            let i = Instrument::new(*def, meter);
+            // Units are in the reference page and the names (`_seconds`, `_dollars`); the
+            // exposition's UNIT line is left out because prometheus-client would append the
+            // unit to the name again.
+            let help = def.help;
+            match &i.prom {
+                Prom::Counter(f) => registry.register(def.name, help, f.clone()),
+                Prom::FloatCounter(f) => registry.register(def.name, help, f.clone()),
+                Prom::Gauge(f) => registry.register(def.name, help, f.clone()),
+                Prom::FloatGauge(f) => registry.register(def.name, help, f.clone()),
+                Prom::Histogram(f) => registry.register(def.name, help, f.clone()),
+            }
+            instruments.insert(def.name, i);
+        }
         let m = Metrics {
-            registry: Arc::new(Registry::default()),
-            provisioning: Family::new_with_constructor(provisioning_histogram),
-            launched: Family::default(),
-            terminated: Family::default(),
-            cloud_errors: Family::default(),
-            node_cost: Family::default(),
-            decision: Family::new_with_constructor(decision_histogram),
-            snapshot_objects: Family::default(),
-            catalog_types: Family::default(),
-            evictions: Counter::default(),
-            leader: Gauge::default(),
-            disruption_decisions: Family::default(),
-            unavailable_offerings: Gauge::default(),
-            otel: Arc::new(Otel::new(meter)),
-        };
-        registry.register(
-            names::PROVISIONING_DURATION,
-            "Seconds from a pod becoming pending to its NodeClaim being launched",
-            m.provisioning.clone(),
-        );
-        registry.register(
-            names::NODECLAIMS_LAUNCHED,
-            "NodeClaims launched",
-            m.launched.clone(),
-        );
-        registry.register(
-            names::NODECLAIMS_TERMINATED,
-            "NodeClaims deleted, by reason",
-            m.terminated.clone(),
-        );
-        registry.register(
-            names::CLOUD_ERRORS,
-            "Failed cloud calls, by operation and error kind",
-            m.cloud_errors.clone(),
-        );
-        registry.register(
-            names::NODE_HOURLY_COST,
-            "USD per hour of the nodes Tailor manages",
-            m.node_cost.clone(),
-        );
-        registry.register(
-            names::DECISION_DURATION,
-            "Seconds a decision (scheduling, consolidation, right-sizing) took",
-            m.decision.clone(),
-        );
-        registry.register(
-            names::SNAPSHOT_OBJECTS,
-            "Objects in the last cluster snapshot",
-            m.snapshot_objects.clone(),
-        );
-        registry.register(
-            names::CATALOG_INSTANCE_TYPES,
-            "Instance types the catalog offers",
-            m.catalog_types.clone(),
-        );
-        registry.register(
-            names::EVICTIONS,
-            "Pods evicted through the Eviction API while draining nodes",
-            m.evictions.clone(),
-        );
-        registry.register(
-            names::LEADER,
-            "1 while this replica holds the leader lease, else 0",
-            m.leader.clone(),
-        );
-        registry.register(
-            names::DISRUPTION_DECISIONS,
-            "Disruption decisions, by method and mode (recommend: reported only)",
-            m.disruption_decisions.clone(),
-        );
-        registry.register(
-            names::UNAVAILABLE_OFFERINGS,
-            "Offerings (size, zone, capacity type) cached as unavailable after a capacity error",
-            m.unavailable_offerings.clone(),
-        );
-        Metrics {
             registry: Arc::new(registry),
-            ..m
+            instruments: Arc::new(instruments),
+        };
+        m.set(&names::BUILD_INFO, &[env!("CARGO_PKG_VERSION")], 1.0);
+        // Known label sets start at zero (Prometheus' advice for counters), so a dashboard
+        // shows 0 errors rather than no data.
+        for operation in CloudOperation::ALL {
+            for kind in names::CLOUD_ERROR_KINDS {
+                m.add(&names::CLOUD_ERRORS, &[operation.as_str(), kind], 0.0);
+            }
+        }
+        // Unlabelled families have their one series from the start, so a scrape shows 0
+        // rather than nothing; a timestamp has no meaningful zero and waits to be set.
+        let zero_is_meaningful = |d: &&MetricDef| d.labels.is_empty() && d.unit != "unix seconds";
+        for def in names::CATALOGUE.iter().filter(zero_is_meaningful) {
+            match def.kind {
+                MetricType::Counter => m.add(def, &[], 0.0),
+                MetricType::Gauge => m.set(def, &[], 0.0),
+                MetricType::Histogram => {}
+            }
+        }
+        m
+    }
+
+    fn instrument(&self, def: &MetricDef) -> Option<&Instrument> {
+        let i = self.instruments.get(def.name);
+        debug_assert!(i.is_some(), "{} is not in the catalogue", def.name);
+        i
+    }
+
+    /// Adds `by` to a counter.
+    fn add(&self, def: &MetricDef, values: &[&str], by: f64) {
+        let Some(i) = self.instrument(def) else {
+            return;
+        };
+        let l = i.labels(values);
+        match (&i.prom, &i.otel) {
+            (Prom::Counter(f), Otel::Counter(o)) => {
+                // Counts are whole: `by` is a count passed as f64 by the callers below.
+                let n = by.max(0.0) as u64;
+                f.get_or_create(&l).inc_by(n);
+                o.add(n, &kv(&l));
+            }
+            (Prom::FloatCounter(f), Otel::FloatCounter(o)) => {
+                let by = by.max(0.0);
+                f.get_or_create(&l).inc_by(by);
+                o.add(by, &kv(&l));
+            }
+            _ => debug_assert!(false, "{} is not a counter", def.name),
         }
     }
 
-    /// Records a pod's time from pending to launched.
-    pub fn observe_provisioning(&self, nodepool: &str, seconds: f64) {
-        let l: Labels = vec![(label::NODEPOOL, nodepool.to_string())];
-        self.provisioning.get_or_create(&l).observe(seconds);
-        self.otel.provisioning.record(seconds, &kv(&l));
+    /// Sets a gauge.
+    fn set(&self, def: &MetricDef, values: &[&str], value: f64) {
+        let Some(i) = self.instrument(def) else {
+            return;
+        };
+        let l = i.labels(values);
+        match (&i.prom, &i.otel) {
+            (Prom::Gauge(f), Otel::Gauge(o)) => {
+                let n = value.max(0.0) as i64;
+                f.get_or_create(&l).set(n);
+                o.record(n as u64, &kv(&l));
+            }
+            (Prom::FloatGauge(f), Otel::FloatGauge(o)) => {
+                f.get_or_create(&l).set(value);
+                o.record(value, &kv(&l));
+            }
+            _ => debug_assert!(false, "{} is not a gauge", def.name),
+        }
     }
 
-    /// Counts a launched NodeClaim.
+    /// Observes a histogram.
+    fn observe(&self, def: &MetricDef, values: &[&str], value: f64) {
+        let Some(i) = self.instrument(def) else {
+            return;
+        };
+        let l = i.labels(values);
+        match (&i.prom, &i.otel) {
+            (Prom::Histogram(f), Otel::Histogram(o)) => {
+                f.get_or_create(&l).observe(value);
+                o.record(value, &kv(&l));
+            }
+            _ => debug_assert!(false, "{} is not a histogram", def.name),
+        }
+    }
+
+    // Provisioning.
+
+    /// Sets the number of pending pods.
+    pub fn set_pods_pending(&self, pending: usize) {
+        self.set(&names::PODS_PENDING, &[], count(pending) as f64);
+    }
+
+    /// Records a pod's time from pending to its NodeClaim being created.
+    pub fn observe_provisioning(&self, nodepool: &str, seconds: f64) {
+        self.observe(&names::PROVISIONING_DURATION, &[nodepool], seconds);
+    }
+
+    /// Records a NodeClaim's time from the stage before to `stage`.
+    pub fn observe_nodeclaim_stage(&self, nodepool: &str, stage: Stage, seconds: f64) {
+        self.observe(
+            &names::NODECLAIM_STAGE_DURATION,
+            &[nodepool, stage.as_str()],
+            seconds,
+        );
+    }
+
+    /// Records a pod's time from pending to bound.
+    pub fn observe_pod_startup(&self, nodepool: &str, seconds: f64) {
+        self.observe(&names::POD_STARTUP_DURATION, &[nodepool], seconds);
+    }
+
+    /// Counts a launched NodeClaim (for pending pods or as a replacement).
     pub fn nodeclaim_launched(
         &self,
         nodepool: &str,
@@ -209,35 +346,59 @@ impl Metrics {
         capacity_type: &str,
         zone: &str,
     ) {
-        let l: Labels = vec![
-            (label::NODEPOOL, nodepool.to_string()),
-            (label::INSTANCE_TYPE, instance_type.to_string()),
-            (label::CAPACITY_TYPE, capacity_type.to_string()),
-            (label::ZONE, zone.to_string()),
-        ];
-        self.launched.get_or_create(&l).inc();
-        self.otel.launched.add(1, &kv(&l));
+        self.add(
+            &names::NODECLAIMS_LAUNCHED,
+            &[nodepool, instance_type, capacity_type, zone],
+            1.0,
+        );
     }
 
-    /// Counts a deleted NodeClaim.
+    /// Counts a deleted NodeClaim. `reason` is the termination-reason annotation or a
+    /// [`TerminationReason`] value; anything else is counted as `other`.
     pub fn nodeclaim_terminated(&self, nodepool: &str, reason: &str) {
-        let l: Labels = vec![
-            (label::NODEPOOL, nodepool.to_string()),
-            (label::REASON, reason.to_string()),
-        ];
-        self.terminated.get_or_create(&l).inc();
-        self.otel.terminated.add(1, &kv(&l));
+        let reason = TerminationReason::parse(reason);
+        self.add(
+            &names::NODECLAIMS_TERMINATED,
+            &[nodepool, reason.as_str()],
+            1.0,
+        );
     }
 
-    /// Counts a failed cloud call.
-    pub fn cloud_error(&self, operation: &str, kind: &str) {
-        let l: Labels = vec![
-            (label::OPERATION, operation.to_string()),
-            (label::ERROR_KIND, kind.to_string()),
-        ];
-        self.cloud_errors.get_or_create(&l).inc();
-        self.otel.cloud_errors.add(1, &kv(&l));
+    /// Counts a cloud call and records how long it took.
+    pub fn cloud_request(&self, operation: CloudOperation, seconds: f64) {
+        self.add(&names::CLOUD_REQUESTS, &[operation.as_str()], 1.0);
+        self.observe(
+            &names::CLOUD_REQUEST_DURATION,
+            &[operation.as_str()],
+            seconds,
+        );
     }
+
+    /// Counts a failed cloud call; `kind` is `CloudError::kind`.
+    pub fn cloud_error(&self, operation: &str, kind: &str) {
+        self.add(&names::CLOUD_ERRORS, &[operation, kind], 1.0);
+    }
+
+    /// Sets how many offerings are cached as unavailable.
+    pub fn set_unavailable_offerings(&self, count: usize) {
+        self.set(&names::UNAVAILABLE_OFFERINGS, &[], count as f64);
+    }
+
+    /// Sets the number of instance types offered per capacity type.
+    pub fn set_catalog_instance_types(&self, capacity_type: &str, count: usize) {
+        self.set(
+            &names::CATALOG_INSTANCE_TYPES,
+            &[capacity_type],
+            count as f64,
+        );
+    }
+
+    /// Records when the catalog was loaded or refreshed (unix seconds).
+    pub fn set_catalog_updated(&self, unix_seconds: i64) {
+        self.set(&names::CATALOG_UPDATED, &[], unix_seconds as f64);
+    }
+
+    // Cost.
 
     /// Sets the hourly cost of one group of nodes.
     pub fn set_node_cost(
@@ -245,67 +406,157 @@ impl Metrics {
         nodepool: &str,
         instance_type: &str,
         capacity_type: &str,
+        zone: &str,
         dollars_per_hour: f64,
     ) {
-        let l: Labels = vec![
-            (label::NODEPOOL, nodepool.to_string()),
-            (label::INSTANCE_TYPE, instance_type.to_string()),
-            (label::CAPACITY_TYPE, capacity_type.to_string()),
-        ];
-        self.node_cost.get_or_create(&l).set(dollars_per_hour);
-        self.otel.node_cost.record(dollars_per_hour, &kv(&l));
+        self.set(
+            &names::NODE_HOURLY_COST,
+            &[nodepool, instance_type, capacity_type, zone],
+            dollars_per_hour,
+        );
     }
 
-    /// Records how long a decision took.
-    pub fn observe_decision(&self, decision: &str, seconds: f64) {
-        let l: Labels = vec![(label::DECISION, decision.to_string())];
-        self.decision.get_or_create(&l).observe(seconds);
-        self.otel.decision.record(seconds, &kv(&l));
+    /// Sets the number of nodes of one group.
+    pub fn set_nodes(
+        &self,
+        nodepool: &str,
+        instance_type: &str,
+        capacity_type: &str,
+        zone: &str,
+        nodes: usize,
+    ) {
+        self.set(
+            &names::NODES,
+            &[nodepool, instance_type, capacity_type, zone],
+            nodes as f64,
+        );
     }
 
-    /// Sets the number of objects of one kind in the last snapshot.
-    pub fn set_snapshot_objects(&self, kind: &str, count: usize) {
-        let l: Labels = vec![(label::KIND, kind.to_string())];
-        let n = i64::try_from(count).unwrap_or(i64::MAX);
-        self.snapshot_objects.get_or_create(&l).set(n);
-        self.otel.snapshot_objects.record(count as u64, &kv(&l));
+    /// Sets the hourly cost of what a namespace requests or uses.
+    pub fn set_namespace_cost(&self, namespace: &str, usage: Usage, dollars_per_hour: f64) {
+        self.set(
+            &names::NAMESPACE_HOURLY_COST,
+            &[namespace, usage.as_str()],
+            dollars_per_hour,
+        );
     }
 
-    /// Sets the number of instance types offered per capacity type.
-    pub fn set_catalog_instance_types(&self, capacity_type: &str, count: usize) {
-        let l: Labels = vec![(label::CAPACITY_TYPE, capacity_type.to_string())];
-        let n = i64::try_from(count).unwrap_or(i64::MAX);
-        self.catalog_types.get_or_create(&l).set(n);
-        self.otel.catalog_types.record(count as u64, &kv(&l));
+    /// Sets what the current recommendations or decisions would save per hour.
+    pub fn set_savings_available(&self, source: SavingsSource, dollars_per_hour: f64) {
+        self.set(
+            &names::SAVINGS_AVAILABLE,
+            &[source.as_str()],
+            dollars_per_hour,
+        );
+    }
+
+    /// Adds dollars saved by a change carried out.
+    pub fn savings_realised(&self, source: SavingsSource, dollars: f64) {
+        self.add(&names::SAVINGS_REALISED, &[source.as_str()], dollars);
+    }
+
+    // Disruption.
+
+    /// Counts a disruption decision taken (`autonomous`) or reported (`recommend`).
+    pub fn disruption_decision(&self, method: &str, mode: &str) {
+        debug_assert!(names::METHODS.contains(&method), "method {method}");
+        debug_assert!(names::MODES.contains(&mode), "mode {mode}");
+        self.add(&names::DISRUPTION_DECISIONS, &[method, mode], 1.0);
+    }
+
+    /// Sets, from a disruption pass's explanations, how many nodes were left alone by
+    /// reason (every reason is set, to zero when absent).
+    pub fn set_disruption_blocked<'a>(&self, reasons: impl IntoIterator<Item = &'a str>) {
+        let mut counts: BTreeMap<BlockedReason, usize> =
+            BlockedReason::ALL.iter().map(|r| (*r, 0)).collect();
+        for why in reasons {
+            *counts.entry(BlockedReason::classify(why)).or_default() += 1;
+        }
+        for (reason, n) in counts {
+            self.set(&names::DISRUPTION_BLOCKED, &[reason.as_str()], n as f64);
+        }
     }
 
     /// Counts a pod evicted while draining a node.
     pub fn eviction(&self) {
-        self.evictions.inc();
-        self.otel.evictions.add(1, &[]);
+        self.add(&names::EVICTIONS, &[], 1.0);
     }
 
-    /// Counts a disruption decision taken (autonomous) or reported (recommend).
-    pub fn disruption_decision(&self, method: &str, mode: &str) {
-        let l: Labels = vec![
-            (label::METHOD, method.to_string()),
-            (label::MODE, mode.to_string()),
-        ];
-        self.disruption_decisions.get_or_create(&l).inc();
-        self.otel.disruption_decisions.add(1, &kv(&l));
+    /// Records how long a decision took; `decision` is a [`names::Decision`] value.
+    pub fn observe_decision(&self, decision: &str, seconds: f64) {
+        debug_assert!(
+            names::Decision::ALL.iter().any(|d| d.as_str() == decision),
+            "decision {decision}"
+        );
+        self.observe(&names::DECISION_DURATION, &[decision], seconds);
     }
 
-    /// Sets how many offerings are cached as unavailable.
-    pub fn set_unavailable_offerings(&self, count: usize) {
-        self.unavailable_offerings
-            .set(i64::try_from(count).unwrap_or(i64::MAX));
-        self.otel.unavailable_offerings.record(count as u64, &[]);
+    // Right-sizing.
+
+    /// Sets how many containers a recommendation covers.
+    pub fn set_rightsizing_containers(&self, containers: usize) {
+        self.set(&names::RIGHTSIZING_CONTAINERS, &[], containers as f64);
     }
+
+    /// Sets how many workload recommendations are in `state`.
+    pub fn set_recommendations(&self, state: RecommendationState, workloads: usize) {
+        self.set(&names::RECOMMENDATIONS, &[state.as_str()], workloads as f64);
+    }
+
+    /// Counts a recommendation applied to a workload of `namespace`.
+    pub fn recommendation_applied(&self, namespace: &str) {
+        self.recommendation_applied_by(namespace, 1);
+    }
+
+    /// Counts `n` recommendations applied in `namespace` (0 starts its series).
+    pub fn recommendation_applied_by(&self, namespace: &str, n: u64) {
+        self.add(&names::RECOMMENDATIONS_APPLIED, &[namespace], n as f64);
+    }
+
+    /// Sets a namespace's requests before right-sizing or now.
+    pub fn set_namespace_requests(&self, namespace: &str, when: When, cores: f64, bytes: f64) {
+        self.set(
+            &names::NAMESPACE_CPU_REQUESTS,
+            &[namespace, when.as_str()],
+            cores,
+        );
+        self.set(
+            &names::NAMESPACE_MEMORY_REQUESTS,
+            &[namespace, when.as_str()],
+            bytes,
+        );
+    }
+
+    /// Counts OOM kills of containers in `namespace`.
+    pub fn oom_kills(&self, namespace: &str, kills: u64) {
+        self.add(&names::OOM_KILLS, &[namespace], kills as f64);
+    }
+
+    /// Sets the age of the newest usage sample.
+    pub fn set_usage_data_age(&self, seconds: f64) {
+        self.set(&names::USAGE_DATA_AGE, &[], seconds.max(0.0));
+    }
+
+    // The agent.
 
     /// Records whether this replica leads.
     pub fn set_leader(&self, leader: bool) {
-        self.leader.set(i64::from(leader));
-        self.otel.leader.record(u64::from(leader), &[]);
+        self.set(&names::LEADER, &[], f64::from(u8::from(leader)));
+    }
+
+    /// Records one reconcile of `controller`, and whether it failed.
+    pub fn reconcile(&self, controller: Controller, seconds: f64, failed: bool) {
+        self.observe(&names::RECONCILE_DURATION, &[controller.as_str()], seconds);
+        self.add(
+            &names::RECONCILE_ERRORS,
+            &[controller.as_str()],
+            if failed { 1.0 } else { 0.0 },
+        );
+    }
+
+    /// Sets the number of objects of one kind in the stores.
+    pub fn set_snapshot_objects(&self, kind: &str, count: usize) {
+        self.set(&names::SNAPSHOT_OBJECTS, &[kind], count as f64);
     }
 
     /// The Prometheus text exposition of every metric.
@@ -319,18 +570,81 @@ impl Metrics {
     }
 }
 
+/// The reference page `docs/metrics.md`, generated from the catalogue.
+pub fn reference_page() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "# Tailor metrics\n\n\
+         <!-- Generated from src/telemetry/names.rs by `tailor metrics-reference`; a test fails when this page is stale. -->\n\n\
+         Served in Prometheus text format at `/metrics` and pushed by OTLP when an endpoint is \
+         configured. Counters are exposed with a `_total` suffix; histograms as `_bucket`, `_sum` \
+         and `_count`. Every label takes values from a bounded set: the ones Tailor fixes are \
+         listed; `nodepool`, `namespace`, `instance_type`, `zone` and `kind` (of objects) come \
+         from the cluster's objects and the catalog. No label carries a pod name.\n",
+    );
+    let mut areas: Vec<_> = names::CATALOGUE.iter().map(|d| d.area).collect();
+    areas.dedup();
+    for area in areas {
+        let _ = write!(
+            out,
+            "\n## {}\n\n| metric | type | unit | labels | meaning |\n|---|---|---|---|---|\n",
+            area.title()
+        );
+        for def in names::CATALOGUE.iter().filter(|d| d.area == area) {
+            let exposed = def.series_names().join("`, `");
+            let labels = if def.labels.is_empty() {
+                "-".to_string()
+            } else {
+                def.labels
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                out,
+                "| `{exposed}` | {} | {} | {labels} | {}. |",
+                def.kind.as_str(),
+                def.unit,
+                def.help
+            );
+        }
+    }
+    out.push_str("\n## Label values\n\n| label | metric | values |\n|---|---|---|\n");
+    for def in names::CATALOGUE {
+        for key in def.labels {
+            if let Some(values) = names::label_values(key, def.name) {
+                let _ = writeln!(
+                    out,
+                    "| `{key}` | `{}` | {} |",
+                    def.name,
+                    values
+                        .iter()
+                        .map(|v| format!("`{v}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn metrics() -> Metrics {
+        Metrics::new(&opentelemetry::global::meter("tailor-test"))
+    }
+
     #[test]
     fn recorded_values_appear_in_the_exposition_under_their_names() {
-        let meter = opentelemetry::global::meter("tailor-test");
-        let m = Metrics::new(&meter);
+        let m = metrics();
         m.nodeclaim_launched("default", "Standard_D4s_v5", "spot", "eastus-1");
         m.observe_provisioning("default", 42.0);
         m.cloud_error("create", "insufficient_capacity");
-        m.set_node_cost("default", "Standard_D4s_v5", "spot", 0.0768);
+        m.set_node_cost("default", "Standard_D4s_v5", "spot", "eastus-1", 0.0768);
         let text = m.render();
         assert!(text.contains(
             "tailor_nodeclaims_launched_total{nodepool=\"default\",instance_type=\"Standard_D4s_v5\",capacity_type=\"spot\",zone=\"eastus-1\"} 1"
@@ -344,8 +658,142 @@ mod tests {
         assert!(text.contains(
             "tailor_cloud_errors_total{operation=\"create\",kind=\"insufficient_capacity\"} 1"
         ));
-        assert!(text.contains("tailor_node_hourly_cost_dollars{nodepool=\"default\",instance_type=\"Standard_D4s_v5\",capacity_type=\"spot\"} 0.0768"));
+        assert!(text.contains("tailor_node_hourly_cost_dollars{nodepool=\"default\",instance_type=\"Standard_D4s_v5\",capacity_type=\"spot\",zone=\"eastus-1\"} 0.0768"));
         assert!(text.contains("tailor_build_info{version="));
+        assert!(text.contains("tailor_leader 0\n"), "counts are integers");
         assert!(text.trim_end().ends_with("# EOF"));
+    }
+
+    #[test]
+    fn every_family_served_is_in_the_catalogue_and_the_reverse() {
+        let m = metrics();
+        // A family shows in the exposition once it has a series: give each one.
+        for def in names::CATALOGUE {
+            let values = vec!["x"; def.labels.len()];
+            match def.kind {
+                MetricType::Counter => m.add(def, &values, 1.0),
+                MetricType::Gauge => m.set(def, &values, 1.0),
+                MetricType::Histogram => m.observe(def, &values, 1.0),
+            }
+        }
+        let text = m.render();
+        let served: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let catalogue: std::collections::BTreeSet<&str> =
+            names::CATALOGUE.iter().map(|d| d.name).collect();
+        assert_eq!(served, catalogue);
+        assert_eq!(
+            catalogue.len(),
+            names::CATALOGUE.len(),
+            "no name is listed twice"
+        );
+        for def in names::CATALOGUE {
+            assert!(def.name.starts_with("tailor_"), "{}", def.name);
+            assert!(
+                !def.name.ends_with("_total"),
+                "{}: counters are named without _total",
+                def.name
+            );
+            assert!(
+                !def.help.ends_with('.'),
+                "{}: the page adds the full stop",
+                def.name
+            );
+            if def.kind == MetricType::Histogram || def.unit == "seconds" {
+                assert!(
+                    def.name.ends_with("_seconds"),
+                    "{}: a unit suffix",
+                    def.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_termination_reason_written_by_hand_is_counted_as_other() {
+        let m = metrics();
+        m.nodeclaim_terminated("default", "because I said so");
+        m.nodeclaim_terminated("default", "drift");
+        let text = m.render();
+        assert!(
+            text.contains(
+                "tailor_nodeclaims_terminated_total{nodepool=\"default\",reason=\"other\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "tailor_nodeclaims_terminated_total{nodepool=\"default\",reason=\"drift\"} 1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn blocked_explanations_fall_into_bounded_reasons() {
+        let cases = [
+            (
+                "PodDisruptionBudget shop/web allows no eviction of pod shop/web-1",
+                "pdb",
+            ),
+            (
+                "pod shop/web-1 is annotated do-not-disrupt",
+                "do_not_disrupt",
+            ),
+            ("node is annotated do-not-disrupt", "do_not_disrupt"),
+            ("disruption budget of NodePool default is used up", "budget"),
+            (
+                "pods changed 30s ago, consolidateAfter is 600s",
+                "consolidate_after",
+            ),
+            ("consolidateAfter is Never", "policy"),
+            (
+                "consolidationPolicy is WhenEmpty and the node has pods",
+                "policy",
+            ),
+            ("no price for Standard_D4s_v5 spot in eastus-1", "no_price"),
+            ("not owned by a NodePool", "unmanaged"),
+            ("launched by this pass", "in_flight"),
+            (
+                "saving $0.0010/hour is below the threshold $0.0100/hour",
+                "no_cheaper_replacement",
+            ),
+            ("something new", "other"),
+        ];
+        for (why, want) in cases {
+            assert_eq!(BlockedReason::classify(why).as_str(), want, "{why}");
+        }
+        let m = metrics();
+        m.set_disruption_blocked(["consolidateAfter is Never", "consolidateAfter is Never"]);
+        let text = m.render();
+        assert!(
+            text.contains("tailor_disruption_blocked_nodes{reason=\"policy\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tailor_disruption_blocked_nodes{reason=\"pdb\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_reference_page_names_every_metric_with_its_type_unit_and_labels() {
+        let page = reference_page();
+        for def in names::CATALOGUE {
+            let row = page
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}", def.series_names()[0])))
+                .unwrap_or_else(|| panic!("{} has no row", def.name));
+            assert!(
+                row.contains(def.kind.as_str()) && row.contains(def.unit),
+                "{row}"
+            );
+            for k in def.labels {
+                assert!(row.contains(&format!("`{k}`")), "{row}");
+            }
+        }
     }
 }

@@ -121,3 +121,51 @@ pub async fn start_prometheus_with_auth(
     }
     server
 }
+
+/// Starts Prometheus with an empty database scraping `target` (`host:port`) every second as
+/// job `tailor`, with a `cluster` label of `cluster` on every series, as a cluster's
+/// Prometheus scrapes the agent.
+#[allow(dead_code)] // not every test binary uses it
+pub async fn start_prometheus_scraping(target: &str, cluster: &str) -> TestPrometheus {
+    require("prometheus");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: tailor\n    static_configs:\n      - targets: ['{target}']\n        labels:\n          cluster: {cluster}\n"
+        ),
+    )
+    .expect("write config");
+    let port = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", data.display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus starts");
+    let server = TestPrometheus {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        _dir: dir,
+    };
+    tailor::telemetry::install_tls_provider();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = client
+            .get(format!("{}/-/ready", server.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "prometheus did not become ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server
+}

@@ -14,6 +14,7 @@ use crate::apis::{NodeClaim, NodeClaimStatus, labels, set_condition};
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
 use crate::controllers::writes::Result;
+use crate::telemetry::names::Stage;
 
 /// Whether the Node is ready for pods as the claim expects.
 pub fn is_initialized(claim: &NodeClaim, node: &Node) -> bool {
@@ -71,6 +72,7 @@ pub async fn initialize<C: CloudProvider>(
     ctx.writer
         .apply_node_claim_status(&claim.name_any(), "initialization", &status)
         .await?;
+    super::observe_stage(ctx, claim, Stage::Initialized, Some(cond::REGISTERED), now);
     tracing::info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "initialized");
     Ok(())
 }

@@ -15,6 +15,7 @@ use crate::cloud::kwok::quantities;
 use crate::cloud::{CloudError, CloudProvider, LaunchCandidate, LaunchRequest};
 use crate::controllers::{Context, reference};
 use crate::model::{InstanceType, Requirements};
+use crate::telemetry::names::Stage;
 
 /// The launch request for a claim: every offering its requirements admit whose type holds
 /// the claim's requests, cheapest first.
@@ -87,7 +88,6 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
     let types = match ctx.cloud.instance_types().await {
         Ok(t) => t,
         Err(e) => {
-            ctx.metrics.cloud_error("instance_types", e.kind());
             tracing::warn!(nodeclaim = %name, error = %e, "instance types unavailable; launch postponed");
             return;
         }
@@ -125,6 +125,7 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
     let now = ctx.clock.now();
     match result {
         Ok(instance) => {
+            super::observe_stage(ctx, claim, Stage::Launched, None, now);
             ctx.metrics.nodeclaim_launched(
                 &pool,
                 &instance.instance_type,
@@ -175,7 +176,6 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
             tracing::info!(nodeclaim = %name, instance_type = %instance.instance_type, zone = %instance.zone, "launched");
         }
         Err(e) => {
-            ctx.metrics.cloud_error("create", e.kind());
             let (why, give_up) = match &e {
                 CloudError::InsufficientCapacity { .. } => (reason::INSUFFICIENT_CAPACITY, true),
                 CloudError::Quota { .. } => (reason::QUOTA_EXCEEDED, true),

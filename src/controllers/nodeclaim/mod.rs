@@ -23,6 +23,7 @@ use super::{Context, wait_for_change};
 use crate::apis::nodeclaim::condition;
 use crate::apis::{NodeClaim, find_condition, is_condition_true};
 use crate::cloud::CloudProvider;
+use crate::telemetry::names::{Controller, Stage};
 
 /// What a NodeClaim needs next.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +142,34 @@ impl InFlight {
 
 /// Runs the lifecycle controller until aborted: every claim is reconciled whenever the
 /// stores change, and at least once a second.
+/// Records how long `claim` took to reach `stage` since its condition `since` turned
+/// true (or since it was created, for the launch).
+fn observe_stage<C: CloudProvider>(
+    ctx: &Context<C>,
+    claim: &NodeClaim,
+    stage: Stage,
+    since: Option<&str>,
+    now: Timestamp,
+) {
+    let from = match since {
+        Some(type_) => claim
+            .status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, type_))
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.0),
+        None => claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    };
+    if let Some(from) = from {
+        let pool = claim
+            .labels()
+            .get(crate::apis::labels::NODE_POOL)
+            .map_or("", String::as_str);
+        let seconds = now.duration_since(from).as_secs_f64().max(0.0);
+        ctx.metrics.observe_nodeclaim_stage(pool, stage, seconds);
+    }
+}
+
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
     let launches = InFlight::default();
@@ -163,6 +192,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             let node = provider_id.as_ref().and_then(|p| nodes.get(p)).cloned();
             let step = decide(&claim, node.as_deref(), now, ctx.settings.registration_ttl);
             let name = claim.name_any();
+            let started = std::time::Instant::now();
             let result = match step {
                 Step::Launch => {
                     if launches.start(&name) {
@@ -196,6 +226,12 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
                 }
                 Step::AwaitNode | Step::AwaitReady | Step::Steady => Ok(()),
             };
+            let failed = matches!(&result, Err(e) if !matches!(e, super::writes::WriteError::Conflict { .. }));
+            ctx.metrics.reconcile(
+                Controller::Nodeclaim,
+                started.elapsed().as_secs_f64(),
+                failed,
+            );
             match result {
                 Ok(()) => {}
                 // The store was behind the API server: the next pass reads the new version.

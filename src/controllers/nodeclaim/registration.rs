@@ -12,6 +12,7 @@ use crate::apis::{NodeClaim, NodeClaimStatus, labels, set_condition};
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
 use crate::controllers::writes::Result;
+use crate::telemetry::names::Stage;
 
 /// The taints a registered node carries: its own less the unregistered taint, plus the
 /// claim's taints and startup taints it lacks.
@@ -77,6 +78,7 @@ pub async fn register<C: CloudProvider>(
     ctx.writer
         .apply_node_claim_status(&claim.name_any(), "registration", &status)
         .await?;
+    super::observe_stage(ctx, claim, Stage::Registered, Some(cond::LAUNCHED), now);
     tracing::info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "registered");
     Ok(())
 }

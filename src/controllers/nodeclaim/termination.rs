@@ -161,7 +161,6 @@ async fn pass<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) -> Result<(
     if let Some(provider_id) = &status.provider_id
         && let Err(e) = ctx.cloud.delete(provider_id).await
     {
-        ctx.metrics.cloud_error("delete", e.kind());
         return Err(PassError::Cloud {
             provider_id: provider_id.clone(),
             source: e,

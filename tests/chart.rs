@@ -1,0 +1,332 @@
+//! The Helm charts under deploy/charts rendered by the real `helm` (built from the Go module
+//! proxy by scripts/helm) for several values files, and checked for their invariants:
+//! least-privilege RBAC with reads apart from writes and no wildcard, a non-root read-only
+//! pod kept off the nodes Tailor manages, two replicas behind a PDB, every setting reaching
+//! the agent as an environment variable `tailor run` reads, Kubernetes' recommended labels,
+//! and the dashboards, alert rules and CRDs embedded unchanged. Bad values fail with a
+//! message naming the value.
+
+#[path = "support/observability.rs"]
+mod observability;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use observability::{files, repo};
+use serde::Deserialize as _;
+use serde_yaml::Value;
+
+/// The helm binary, built once (cached under ~/.cache/tailor-e2e). A test that needs it
+/// fails when it cannot be built; it never passes silently.
+fn helm() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let out = Command::new(repo().join("scripts/helm"))
+            .arg("build")
+            .output()
+            .expect("scripts/helm runs");
+        assert!(
+            out.status.success(),
+            "building helm failed (needs Go and the module proxy): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    })
+}
+
+/// Renders `chart` with `values` (YAML); Ok(objects) or Err(helm's message).
+fn render(chart: &str, values: &str) -> Result<Vec<Value>, String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values).expect("write values");
+    let out = Command::new(helm())
+        .args(["template", "tailor"])
+        .arg(repo().join("deploy/charts").join(chart))
+        .args(["--namespace", "tailor", "--include-crds", "--values"])
+        .arg(&file)
+        .env("HELM_CACHE_HOME", dir.path().join("cache"))
+        .env("HELM_CONFIG_HOME", dir.path().join("config"))
+        .env("HELM_DATA_HOME", dir.path().join("data"))
+        .output()
+        .expect("helm runs");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut objects = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc).map_err(|e| format!("{e}: {text}"))?;
+        if !v.is_null() {
+            objects.push(v);
+        }
+    }
+    Ok(objects)
+}
+
+fn kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(String::from))
+        .collect()
+}
+
+const MINIMAL: &str = "settings:\n  clusterName: prod-eastus\n";
+
+const EVERYTHING: &str = "settings:
+  clusterName: prod-eastus
+  mode: autonomous
+  otlpEndpoint: http://otel-collector:4318
+serviceMonitor:
+  enabled: true
+prometheusRule:
+  enabled: true
+dashboards:
+  enabled: true
+workloadIdentity:
+  enabled: true
+  clientId: 00000000-0000-0000-0000-000000000001
+";
+
+const KWOK: &str = "settings:\n  clusterName: test\n  cloud: kwok\n";
+
+#[test]
+fn rbac_is_least_privilege_with_reads_apart_from_writes() {
+    for values in [MINIMAL, EVERYTHING, KWOK] {
+        let objects = render("tailor", values).expect("renders");
+        let roles: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+            .collect();
+        assert_eq!(roles.len(), 3, "read, write and leader-election roles");
+        let mut node_verbs = BTreeSet::new();
+        for role in &roles {
+            let name = role["metadata"]["name"].as_str().expect("name");
+            for rule in role["rules"].as_sequence().expect("rules") {
+                for field in ["apiGroups", "resources", "verbs"] {
+                    let values = strings(&rule[field]);
+                    assert!(!values.is_empty(), "{name}: a rule without {field}");
+                    assert!(
+                        !values.iter().any(|v| v.contains('*')),
+                        "{name}: wildcard in {field}: {rule:?}"
+                    );
+                }
+                let verbs = strings(&rule["verbs"]);
+                if name.ends_with("-read") {
+                    assert!(
+                        verbs
+                            .iter()
+                            .all(|v| ["get", "list", "watch"].contains(&v.as_str())),
+                        "{name} may only read: {verbs:?}"
+                    );
+                }
+                if name.ends_with("-write") {
+                    assert!(
+                        !verbs
+                            .iter()
+                            .any(|v| ["get", "list", "watch"].contains(&v.as_str())),
+                        "{name} holds no read verbs: {verbs:?}"
+                    );
+                    if strings(&rule["resources"]).contains(&"nodes".to_string()) {
+                        node_verbs.extend(verbs);
+                    }
+                }
+                if name.ends_with("-leader-election") {
+                    assert_eq!(strings(&rule["resources"]), ["leases"]);
+                    assert_eq!(
+                        role["kind"], "Role",
+                        "leases only in the release's namespace"
+                    );
+                }
+                assert!(
+                    !strings(&rule["resources"]).contains(&"secrets".to_string()),
+                    "{name}: no access to Secrets"
+                );
+            }
+        }
+        // Only the kwok cloud creates Nodes itself; on Azure the kubelet does.
+        assert_eq!(
+            node_verbs.contains("create"),
+            values == KWOK,
+            "{node_verbs:?}"
+        );
+        for binding in kind(&objects, "ClusterRoleBinding") {
+            assert_eq!(binding["subjects"][0]["name"], "tailor");
+        }
+    }
+}
+
+#[test]
+fn the_agent_runs_non_root_read_only_twice_off_its_own_nodes() {
+    let objects = render("tailor", MINIMAL).expect("renders");
+    let deployment = kind(&objects, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert!(pod["priorityClassName"].is_string());
+    let container = &pod["containers"][0];
+    let sc = &container["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
+    let terms = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][0]["matchExpressions"][0];
+    assert_eq!(terms["key"], "tailor.sh/nodepool");
+    assert_eq!(terms["operator"], "DoesNotExist");
+    assert!(pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"].is_mapping());
+    assert!(pod["affinity"]["podAntiAffinity"].is_mapping());
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let pdb = kind(&objects, "PodDisruptionBudget")[0];
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+}
+
+#[test]
+fn every_setting_reaches_the_agent_as_a_variable_tailor_run_reads() {
+    let objects = render("tailor", EVERYTHING).expect("renders");
+    let deployment = kind(&objects, "Deployment")[0];
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .expect("env");
+    let out = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args(["run", "--help"])
+        .output()
+        .expect("tailor runs");
+    let help = String::from_utf8_lossy(&out.stdout);
+    // Read by the process rather than by a flag: the pod's namespace (leader election) and
+    // OpenTelemetry's standard endpoint variable.
+    let not_flags = ["POD_NAMESPACE", "OTEL_EXPORTER_OTLP_ENDPOINT"];
+    for var in env {
+        let name = var["name"].as_str().expect("name");
+        assert!(
+            not_flags.contains(&name) || help.contains(&format!("[env: {name}")),
+            "{name} is not a variable `tailor run` reads:\n{help}"
+        );
+    }
+    let value = |name: &str| {
+        env.iter()
+            .find(|v| v["name"] == name)
+            .and_then(|v| v["value"].as_str())
+            .map(String::from)
+    };
+    assert_eq!(value("TAILOR_CLUSTER_NAME").as_deref(), Some("prod-eastus"));
+    assert_eq!(value("TAILOR_MODE").as_deref(), Some("autonomous"));
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+        Some("http://otel-collector:4318")
+    );
+    // Workload identity: the pod label and the ServiceAccount's client ID.
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["azure.workload.identity/use"], "true");
+    let sa = kind(&objects, "ServiceAccount")[0];
+    assert_eq!(
+        sa["metadata"]["annotations"]["azure.workload.identity/client-id"],
+        "00000000-0000-0000-0000-000000000001"
+    );
+}
+
+#[test]
+fn every_object_carries_the_recommended_labels() {
+    let objects = render("tailor", EVERYTHING).expect("renders");
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] != "CustomResourceDefinition")
+    {
+        let labels = &o["metadata"]["labels"];
+        for key in [
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/managed-by",
+            "helm.sh/chart",
+        ] {
+            assert!(
+                labels[key].is_string(),
+                "{} {:?} lacks {key}",
+                o["kind"].as_str().unwrap_or("?"),
+                o["metadata"]["name"]
+            );
+        }
+    }
+}
+
+#[test]
+fn dashboards_rules_and_crds_are_embedded_unchanged() {
+    let objects = render("tailor", EVERYTHING).expect("renders");
+    let rule = kind(&objects, "PrometheusRule")[0];
+    let source: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo().join("alerts/tailor.yaml")).expect("alerts"),
+    )
+    .expect("YAML");
+    assert_eq!(rule["spec"]["groups"], source["groups"]);
+
+    let maps = kind(&objects, "ConfigMap");
+    let dashboards = files("dashboards", "json");
+    assert_eq!(maps.len(), dashboards.len());
+    for path in &dashboards {
+        let file = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let map = maps
+            .iter()
+            .find(|m| m["data"][format!("tailor-{file}").as_str()].is_string())
+            .unwrap_or_else(|| panic!("no ConfigMap holds {file}"));
+        assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+        let embedded = map["data"][format!("tailor-{file}").as_str()]
+            .as_str()
+            .expect("text");
+        let original = std::fs::read_to_string(path).expect("dashboard");
+        assert_eq!(embedded, original.trim_end(), "{file} changed on the way");
+    }
+    let monitor = kind(&objects, "ServiceMonitor")[0];
+    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+
+    let crds = files("deploy/crds", "yaml");
+    for chart in ["tailor", "tailor-crd"] {
+        let objects = render(chart, MINIMAL).expect("renders");
+        let rendered = kind(&objects, "CustomResourceDefinition");
+        assert_eq!(rendered.len(), crds.len(), "{chart}");
+        for path in &crds {
+            let original: Value =
+                serde_yaml::from_str(&std::fs::read_to_string(path).expect("crd")).expect("YAML");
+            assert!(
+                rendered.iter().any(|c| **c == original),
+                "{chart}: {} changed on the way",
+                path.display()
+            );
+        }
+    }
+    // Without the optional parts, none of them is rendered.
+    let minimal = render("tailor", MINIMAL).expect("renders");
+    for k in ["PrometheusRule", "ServiceMonitor", "ConfigMap"] {
+        assert!(kind(&minimal, k).is_empty(), "{k} rendered while disabled");
+    }
+}
+
+#[test]
+fn bad_values_fail_with_a_message_naming_the_value() {
+    let err = render("tailor", "{}\n").expect_err("a cluster name is required");
+    assert!(err.contains("settings.clusterName is required"), "{err}");
+    let err = render(
+        "tailor",
+        "settings:\n  clusterName: c\nworkloadIdentity:\n  enabled: true\n",
+    )
+    .expect_err("a client ID is required");
+    assert!(
+        err.contains("workloadIdentity.clientId is required"),
+        "{err}"
+    );
+}
