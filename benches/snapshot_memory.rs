@@ -196,9 +196,10 @@ impl Workload {
         Workload {
             name: format!("svc-{index:04}"),
             namespace: format!("team-{:02}", index % 20),
+            // Starts with a letter: an all-digit hash would read back as a YAML integer.
             hash: format!(
-                "{:010x}",
-                (index as u64).wrapping_mul(0x9E37_79B9) & 0xff_ffff_ffff
+                "b{:09x}",
+                (index as u64).wrapping_mul(0x9E37_79B9) & 0xf_ffff_ffff
             ),
             replicas,
             cpu: CPU[index % 4],
@@ -414,6 +415,10 @@ impl Workload {
 }
 
 /// Peak resident memory (MiB) of `tailor simulate` on `snapshot`, from `wait4`.
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which also reports its peak memory"
+)]
 fn simulate_peak_mib(tailor: &Path, snapshot: &Path, scratch: &Path) -> f64 {
     let log = scratch.join("simulate.log");
     let child = Command::new(tailor)
