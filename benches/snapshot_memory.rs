@@ -481,7 +481,11 @@ fn main() {
     let mb = |b: u64| b as f64 / 1e6;
     println!(
         "== peak RSS of `tailor simulate` ({} build) ==",
-        if full { "bench" } else { "test" }
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "optimised"
+        }
     );
     println!(
         "baseline, 200 pods ({:.1} MB file):            {base:7.1} MiB",
