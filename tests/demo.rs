@@ -75,11 +75,12 @@ fn autonomous_costs_less_within_the_oom_tolerance_and_the_report_has_its_charts(
         "CPU (cores): requested vs used",
         "Memory (GiB): requested vs used",
         "Recommendations applied",
-        "Pending pods, evictions and OOM kills",
+        "Pending pods and OOM kills",
+        "Pods evicted",
     ] {
         assert!(html.contains(chart), "chart {chart:?} missing");
     }
-    assert_eq!(html.matches("<svg").count(), 6);
+    assert_eq!(html.matches("<svg").count(), 7);
     // Per workload: requests before and after, why, and OOM kills and evictions.
     assert!(
         html.contains("<h2>Workloads (autonomous)</h2>"),

@@ -323,3 +323,77 @@ fn invalid_objects_are_refused_with_the_api_servers_message_naming_object_field_
         "{msg}"
     );
 }
+
+/// The same text parsed as whole documents: a trailing empty document keeps the loader
+/// from reading a list item by item.
+fn whole(text: &str) -> String {
+    format!("{text}---\n")
+}
+
+#[test]
+fn a_kubectl_list_read_item_by_item_holds_exactly_what_it_holds_read_whole() {
+    let text = std::fs::read_to_string(fixture("cluster-list.yaml")).expect("fixture");
+    let by_item = Snapshot::from_yaml("list.yaml", &text).expect("by item");
+    let read_whole = Snapshot::from_yaml("list.yaml", &whole(&text)).expect("whole");
+    assert_eq!(format!("{by_item:?}"), format!("{read_whole:?}"));
+    // Indented items, comments between them, block scalars, a typed list whose items
+    // omit their kind, and keys after the items.
+    let typed = "# kubectl get pods -o yaml\n---\napiVersion: v1\nitems:\n  # first\n  - metadata:\n      \
+                 name: a\n      namespace: x\n      annotations:\n        note: |\n          - not an item\n\
+                 \n          kind: nor a key\n    spec:\n      containers: [{name: c, resources: {requests: \
+                 {cpu: 100m}}}]\n\n  - metadata: {name: b, namespace: x}\n    spec: {containers: [{name: c}]}\n\
+                 kind: PodList\nmetadata:\n  resourceVersion: \"7\"\n";
+    let by_item = Snapshot::from_yaml("pods.yaml", typed).expect("typed list by item");
+    assert_eq!(by_item.pods.len(), 2);
+    assert_eq!(
+        by_item.pods[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("note"))
+            .map(String::as_str),
+        Some("- not an item\n\nkind: nor a key\n")
+    );
+    let read_whole = Snapshot::from_yaml("pods.yaml", &whole(typed)).expect("whole");
+    assert_eq!(format!("{by_item:?}"), format!("{read_whole:?}"));
+}
+
+#[test]
+fn a_list_whose_items_share_anchors_is_read_whole_with_the_same_result() {
+    // The second item aliases the first's labels: it cannot be parsed alone.
+    let text = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    \
+                name: a\n    labels: &labels {app: web}\n  spec: {containers: [{name: c}]}\n\
+                - apiVersion: v1\n  kind: Pod\n  metadata:\n    name: b\n    labels: *labels\n  \
+                spec: {containers: [{name: c}]}\n";
+    let s = Snapshot::from_yaml("anchors.yaml", text).expect("anchors resolve");
+    assert_eq!(s.pods.len(), 2);
+    assert_eq!(
+        s.pods[1]
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app")),
+        Some(&"web".to_string())
+    );
+}
+
+#[test]
+fn errors_in_a_list_read_item_by_item_name_the_item_and_a_bad_item_loads_nothing() {
+    let text = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\n  \
+                spec: {containers: [{name: c}]}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: b}\n  \
+                spec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\nkind: List\n";
+    let msg = load_err(text);
+    assert!(
+        msg.contains("document 1 item 2") && msg.contains("Pod b"),
+        "{msg}"
+    );
+    assert_eq!(msg, load_err(&whole(text)));
+    // Broken YAML in an item is the parser's message for the whole document, with the
+    // line in the file.
+    let broken = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: [a}\n";
+    let msg = load_err(broken);
+    assert!(
+        msg.contains("document 1: invalid YAML") && msg.contains("line 6"),
+        "{msg}"
+    );
+}

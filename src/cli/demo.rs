@@ -303,9 +303,11 @@ pub fn html(r: &DemoReport) -> String {
             dashed: false,
         }],
     );
+    // Pending pods and OOM kills count in tens, evictions in hundreds: on one axis the
+    // first two would lie flat on zero, so evictions get their own chart.
     let disruption = line_chart(
         &Chart {
-            title: "Pending pods, evictions and OOM kills (autonomous; evictions and kills cumulative)",
+            title: "Pending pods and OOM kills (autonomous; OOM kills cumulative)",
             y_format: one,
             x_format: days_hours,
             size: (900, 240),
@@ -318,12 +320,6 @@ pub fn html(r: &DemoReport) -> String {
                 dashed: false,
             },
             Series {
-                label: "pods evicted",
-                color: "#1f77b4",
-                points: points(au, |s| s.evicted as f64),
-                dashed: false,
-            },
-            Series {
                 label: "OOM kills",
                 color: "#d62728",
                 points: points(au, |s| s.oom_kills as f64),
@@ -331,9 +327,26 @@ pub fn html(r: &DemoReport) -> String {
             },
         ],
     );
+    let evictions = line_chart(
+        &Chart {
+            title: "Pods evicted (autonomous, cumulative)",
+            y_format: one,
+            x_format: days_hours,
+            size: (900, 220),
+        },
+        &[Series {
+            label: "pods evicted",
+            color: "#1f77b4",
+            points: points(au, |s| s.evicted as f64),
+            dashed: false,
+        }],
+    );
     // Nodes by type: the sizes that were ever in use, one line each.
-    const COLORS: [&str; 8] = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    // Ten distinct colours; a second round of sizes is drawn dashed, so no two lines look
+    // alike.
+    const COLORS: [&str; 10] = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+        "#bcbd22", "#17becf",
     ];
     let mut types: Vec<String> = au
         .samples
@@ -358,7 +371,7 @@ pub fn html(r: &DemoReport) -> String {
                     )
                 })
                 .collect(),
-            dashed: false,
+            dashed: i >= COLORS.len(),
         })
         .collect();
     let nodes = line_chart(
@@ -374,11 +387,11 @@ pub fn html(r: &DemoReport) -> String {
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Tailor demo</title>\
-         <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:960px}}pre{{background:#f6f6f6;padding:1em}}h2{{margin-top:1.5em}}</style></head><body>\
+         <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:960px}}pre{{background:#f6f6f6;padding:1em;white-space:pre-wrap}}td:first-child{{white-space:nowrap}}h2{{margin-top:1.5em}}</style></head><body>\
          <h1>Tailor demo: {}</h1><pre>{}</pre>\
          <h2>Cost over time</h2>{cost}<h2>Nodes by type</h2>{nodes}<h2>Requested vs used CPU</h2>{cpu}\
          <h2>Requested vs used memory</h2>{memory}<h2>Recommendations applied</h2>{applied}\
-         <h2>Pending pods, evictions and OOM kills</h2>{disruption}{}</body></html>\n",
+         <h2>Pending pods, evictions and OOM kills</h2>{disruption}{evictions}{}</body></html>\n",
         escape(&r.scenario),
         escape(&table(r)),
         workload_table(au),
@@ -416,7 +429,11 @@ fn workload_table(run: &RunResult) -> String {
             escape(&display_bytes(w.memory.1)),
             w.oom_kills,
             w.evictions,
-            escape(&w.reasons.join("; "))
+            if w.reasons.is_empty() && (w.cpu.0 != w.cpu.1 || w.memory.0 != w.memory.1) {
+                "sized from its usage history; no bound, step limit or OOM bump applied".to_string()
+            } else {
+                escape(&w.reasons.join("; "))
+            }
         );
     }
     out.push_str("</table>");

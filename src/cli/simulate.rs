@@ -194,6 +194,10 @@ pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
     };
     let input =
         Input::from_snapshot(&snapshot, &types_for).map_err(|e| CliError::Input(e.to_string()))?;
+    // The scheduler needs only its input: the snapshot's objects (most of a large
+    // cluster's memory) go before it runs.
+    let warnings = snapshot.warnings;
+    drop(snapshot.pods);
     let plan = scheduling::schedule(
         &input,
         &Options {
@@ -201,7 +205,7 @@ pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
             ..Options::default()
         },
     );
-    Ok((plan, snapshot.warnings))
+    Ok((plan, warnings))
 }
 
 fn pct(x: f64) -> String {

@@ -183,7 +183,7 @@ pub struct RunSummary {
 }
 
 /// What one workload went through in a run: its requests at the start and the end, the
-/// last recommendation and why, and what it suffered.
+/// last change and why, and what it suffered.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadOutcome {
@@ -195,7 +195,8 @@ pub struct WorkloadOutcome {
     pub cpu: (i64, i64),
     /// Memory request at the start and the end, bytes.
     pub memory: (i64, i64),
-    /// The last recommendation's reasons (empty before the first).
+    /// The reasons of the last recommendation that changed the size (empty before the
+    /// first change).
     pub reasons: Vec<String>,
     /// OOM kills of its pods.
     pub oom_kills: u64,
@@ -267,7 +268,7 @@ struct World<'a> {
     /// Labels of claims launched by the provisioner, until their node registers.
     launching: BTreeMap<String, BTreeMap<String, String>>,
     histories: Vec<ContainerHistory>,
-    /// Per workload: OOM kills, evictions and the last recommendation's reasons.
+    /// Per workload: OOM kills, evictions and the reasons of the last change.
     oom_by_workload: Vec<u64>,
     evicted_by_workload: Vec<usize>,
     last_reasons: Vec<Vec<String>>,
@@ -799,7 +800,6 @@ impl World<'_> {
             self.now,
         );
         if !oom {
-            self.last_reasons[w] = r.reasons.clone();
             self.last_recommendation[w] = r
                 .recommended
                 .cpu
@@ -820,6 +820,11 @@ impl World<'_> {
             next.cpu = s.cpu;
         } else if !r.actionable || next == s {
             return None;
+        }
+        // The reasons of the last change made, not of later rounds that left the size
+        // alone ("within 10%: unchanged" would contradict the change shown beside it).
+        if !oom {
+            self.last_reasons[w] = r.reasons;
         }
         self.sizes[w] = next;
         Some(next)

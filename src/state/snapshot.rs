@@ -294,6 +294,11 @@ impl Snapshot {
             line,
             depth,
         })?;
+        if let Some(list) = split_list(text)
+            && let Some(added) = self.add_list_text(file, &list)
+        {
+            return added.map(|()| 1);
+        }
         let mut documents = 0;
         for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let index = (i + 1).to_string();
@@ -310,6 +315,93 @@ impl Snapshot {
             self.add_document(Origin { file, index }, value)?;
         }
         Ok(documents)
+    }
+
+    /// Adds the items of a `kind: List` text cut by [`split_list`], parsing one item at a
+    /// time. `None` when the cut pieces do not parse on their own (an alias to an anchor
+    /// in another item, a quoted scalar running into the next item, a header that is not a
+    /// list): the caller then parses the document whole, so the answer, or the parser's
+    /// error, is the same as without the cut. Nothing is added unless every item is.
+    fn add_list_text(&mut self, file: &str, list: &ListText<'_>) -> Option<Result<()>> {
+        let header: serde_yaml::Value = serde_yaml::from_str(&list.header).ok()?;
+        let kind = header.get("kind")?.as_str()?;
+        let items_empty =
+            matches!(header.get("items"), Some(serde_yaml::Value::Sequence(s)) if s.is_empty());
+        if !kind.ends_with("List") || !items_empty {
+            return None;
+        }
+        let item_kind = list_item_kind(kind);
+        let mut part = Snapshot::default();
+        for (j, text) in list.items.iter().enumerate() {
+            let serde_yaml::Value::Sequence(mut one) = serde_yaml::from_str(text).ok()? else {
+                return None;
+            };
+            if one.len() != 1 {
+                return None;
+            }
+            let origin = Origin {
+                file,
+                index: format!("1 item {}", j + 1),
+            };
+            if let Err(e) = part.add_list_item(origin, item_kind, one.pop()?) {
+                return Some(Err(e));
+            }
+        }
+        self.append(part);
+        Some(Ok(()))
+    }
+
+    /// Moves every object and warning of `other` to the end of this snapshot's.
+    fn append(&mut self, other: Snapshot) {
+        let Snapshot {
+            mut pods,
+            mut nodes,
+            mut daemon_sets,
+            mut deployments,
+            mut stateful_sets,
+            mut replica_sets,
+            mut jobs,
+            mut pod_disruption_budgets,
+            mut horizontal_pod_autoscalers,
+            mut node_pools,
+            mut node_claims,
+            mut node_classes,
+            mut rightsizing_policies,
+            mut recommendations,
+            mut warnings,
+        } = other;
+        self.pods.append(&mut pods);
+        self.nodes.append(&mut nodes);
+        self.daemon_sets.append(&mut daemon_sets);
+        self.deployments.append(&mut deployments);
+        self.stateful_sets.append(&mut stateful_sets);
+        self.replica_sets.append(&mut replica_sets);
+        self.jobs.append(&mut jobs);
+        self.pod_disruption_budgets
+            .append(&mut pod_disruption_budgets);
+        self.horizontal_pod_autoscalers
+            .append(&mut horizontal_pod_autoscalers);
+        self.node_pools.append(&mut node_pools);
+        self.node_claims.append(&mut node_claims);
+        self.node_classes.append(&mut node_classes);
+        self.rightsizing_policies.append(&mut rightsizing_policies);
+        self.recommendations.append(&mut recommendations);
+        self.warnings.append(&mut warnings);
+    }
+
+    /// Adds one item of a list; typed lists (`PodList`) may omit the kind on items.
+    fn add_list_item(
+        &mut self,
+        origin: Origin<'_>,
+        item_kind: Option<&str>,
+        mut item: serde_yaml::Value,
+    ) -> Result<()> {
+        if let (Some(k), serde_yaml::Value::Mapping(m)) = (item_kind, &mut item)
+            && !m.contains_key("kind")
+        {
+            m.insert("kind".into(), k.into());
+        }
+        self.add_document(origin, item)
     }
 
     /// Expands workloads when asked and checks the snapshot's size.
@@ -370,22 +462,13 @@ impl Snapshot {
                 Some(_) => return Err(object_error(&origin, &kind, "items", "must be a list")),
             };
             drop(value);
-            let item_kind = kind
-                .strip_suffix("List")
-                .filter(|k| !k.is_empty())
-                .map(str::to_string);
-            for (j, mut item) in items.into_iter().enumerate() {
-                // Typed lists (`PodList`) may omit kind on items.
-                if let (Some(k), serde_yaml::Value::Mapping(m)) = (&item_kind, &mut item)
-                    && !m.contains_key("kind")
-                {
-                    m.insert("kind".into(), k.clone().into());
-                }
+            let item_kind = list_item_kind(&kind);
+            for (j, item) in items.into_iter().enumerate() {
                 let item_origin = Origin {
                     file: origin.file,
                     index: format!("{} item {}", origin.index, j + 1),
                 };
-                self.add_document(item_origin, item)?;
+                self.add_list_item(item_origin, item_kind, item)?;
             }
             return Ok(());
         }
@@ -404,8 +487,9 @@ impl Snapshot {
         let obj = object.as_str();
         match (kind.as_str(), tailor_group) {
             ("Pod", false) => {
-                let pod: Pod = decode(o, obj, value)?;
+                let mut pod: Pod = decode(o, obj, value)?;
                 check_pod_spec(o, obj, "", pod.spec.as_ref())?;
+                trim_pod(&mut pod);
                 self.pods.push(pod);
             }
             ("Node", false) => {
@@ -788,6 +872,40 @@ fn as_tailor(mut value: serde_yaml::Value) -> serde_yaml::Value {
     value
 }
 
+/// Drops the parts of a validated pod that no decision reads: volumes, container
+/// statuses, managed fields, and each container's environment, probes, mounts, hooks and
+/// command line. A pod read from `kubectl get -o yaml` is mostly these, and a large
+/// cluster's snapshot holds tens of thousands of pods (`Volume` alone is kilobytes per
+/// entry in memory). Kept: metadata, scheduling fields, resources, ports, conditions.
+fn trim_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        let containers = spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten());
+        for c in containers {
+            c.env = None;
+            c.env_from = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.volume_mounts = None;
+            c.volume_devices = None;
+            c.lifecycle = None;
+            c.command = None;
+            c.args = None;
+        }
+        spec.ephemeral_containers = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+    }
+}
+
 fn namespace(meta: &ObjectMeta) -> String {
     meta.namespace
         .clone()
@@ -864,6 +982,115 @@ impl Snapshot {
     pub fn load_file(path: &Path) -> Result<Self> {
         Self::load(&[path.to_path_buf()])
     }
+}
+
+/// The kind of a typed list's items (`Pod` for `PodList`); none for `List`.
+fn list_item_kind(list_kind: &str) -> Option<&str> {
+    list_kind.strip_suffix("List").filter(|k| !k.is_empty())
+}
+
+/// A one-document list text, as `kubectl get -o yaml` writes it, cut into its header and
+/// its items' texts.
+///
+/// The YAML parser holds every event of a document before it builds anything, so a
+/// 20,000-pod list read whole costs more than ten times its size; read one item at a
+/// time it costs its objects. The cut is made on lines only: a line at the sequence's
+/// indentation that starts with `- ` begins an item, and YAML lets nothing inside an
+/// item (block scalars, continued plain scalars) be that little indented, so each piece
+/// is that item's text.
+#[derive(Debug)]
+struct ListText<'a> {
+    /// The document with `items: []` in place of its items.
+    header: String,
+    /// Each item's lines, from its `- ` to the line before the next item's.
+    items: Vec<&'a str>,
+}
+
+/// Cuts `text` as [`ListText`] describes, or `None` when it is not one document with a
+/// block sequence under a top-level `items:` line (more documents, directives, tabs
+/// before content, anything unusual): such texts are parsed whole.
+fn split_list(text: &str) -> Option<ListText<'_>> {
+    enum At {
+        Header,
+        ItemsKey,
+        Items { indent: usize, start: usize },
+        Trailer,
+    }
+    let mut at = At::Header;
+    let mut header = String::new();
+    let mut items = Vec::new();
+    let mut content_seen = false;
+    let mut started = false;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let start = offset;
+        offset += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        let rest = body.trim_start_matches(' ');
+        let indent = body.len() - rest.len();
+        let blank = rest.is_empty() || rest.starts_with('#');
+        if rest.starts_with('\t') {
+            return None;
+        }
+        if body.starts_with("---") || body.starts_with("...") || body.starts_with('%') {
+            // Only one document start, before any content, keeps this one document.
+            if content_seen || started || body.trim_end() != "---" {
+                return None;
+            }
+            started = true;
+            header.push_str(line);
+            continue;
+        }
+        content_seen |= !blank;
+        match at {
+            At::Header => {
+                if body.trim_end() == "items:" {
+                    header.push_str("items: []\n");
+                    at = At::ItemsKey;
+                } else {
+                    header.push_str(line);
+                }
+            }
+            At::ItemsKey => {
+                if blank {
+                    continue;
+                }
+                if rest != "-" && !rest.starts_with("- ") {
+                    return None;
+                }
+                at = At::Items { indent, start };
+            }
+            At::Items {
+                indent: items_indent,
+                start: item_start,
+            } => {
+                if blank || indent > items_indent {
+                    continue;
+                }
+                if indent == items_indent && (rest == "-" || rest.starts_with("- ")) {
+                    items.push(&text[item_start..start]);
+                    at = At::Items {
+                        indent: items_indent,
+                        start,
+                    };
+                } else if indent == 0 && !rest.starts_with('-') {
+                    // The next top-level key: the items end here.
+                    items.push(&text[item_start..start]);
+                    header.push_str(line);
+                    at = At::Trailer;
+                } else {
+                    return None;
+                }
+            }
+            At::Trailer => header.push_str(line),
+        }
+    }
+    match at {
+        At::Items { start, .. } => items.push(&text[start..]),
+        At::Trailer => {}
+        At::Header | At::ItemsKey => return None,
+    }
+    Some(ListText { header, items })
 }
 
 /// Scans a YAML text in one pass for collections nested deeper than [`MAX_YAML_DEPTH`]:
