@@ -930,3 +930,89 @@ async fn a_vm_that_never_finishes_times_out_and_leaves_nothing_behind() {
         "VM and NIC removed"
     );
 }
+
+fn tailor_catalog(fake_url: &str, token: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args([
+            "catalog", "--source", "azure", "--region", "eastus", "-o", "json",
+        ])
+        .args([
+            "--azure-resource-manager-endpoint",
+            fake_url,
+            "--azure-prices-endpoint",
+            fake_url,
+        ])
+        .args(extra)
+        .env("AZURE_TENANT_ID", "tenant")
+        .env("AZURE_CLIENT_ID", "client")
+        .env("AZURE_FEDERATED_TOKEN_FILE", token)
+        .env("AZURE_AUTHORITY_HOST", fake_url)
+        .env_remove("AZURE_SUBSCRIPTION_ID")
+        .output()
+        .expect("tailor runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tailor_catalog_with_the_azure_source_prints_the_live_catalog() {
+    install_crypto();
+    let fake = FakeArm::start(Arm::default()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, SA_TOKEN_A).expect("token");
+    let (url, t) = (fake.url.clone(), token.clone());
+    let out =
+        tokio::task::spawn_blocking(move || tailor_catalog(&url, &t, &["--subscription-id", SUB]))
+            .await
+            .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["source"], "azure");
+    assert_eq!(report["spotPricesAreEstimates"], false);
+    let names: BTreeSet<&str> = report["instanceTypes"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["Standard_D2s_v3", "Standard_D4s_v3", "Standard_D8s_v3"])
+    );
+    let d2 = report["instanceTypes"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .find(|t| t["name"] == "Standard_D2s_v3")
+        .expect("d2");
+    let spot = d2["offerings"]
+        .as_array()
+        .expect("offerings")
+        .iter()
+        .find(|o| o["capacityType"] == "spot")
+        .expect("spot");
+    assert_eq!(
+        (
+            spot["pricePerHour"].as_f64(),
+            spot["priceIsEstimate"].as_bool()
+        ),
+        (Some(0.0192), Some(false))
+    );
+    assert!(
+        fake.arm()
+            .requests
+            .iter()
+            .any(|r| r.path.ends_with("/Microsoft.Compute/skus") && r.path.contains(SUB))
+    );
+
+    let (url, t) = (fake.url.clone(), token.clone());
+    let out = tokio::task::spawn_blocking(move || tailor_catalog(&url, &t, &[]))
+        .await
+        .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--subscription-id"), "{err}");
+}

@@ -102,21 +102,31 @@ pub struct Logged {
     pub status: u16,
 }
 
+/// What an operation changes when it ends.
 #[derive(Debug, Clone)]
-enum OpTarget {
+pub enum OpTarget {
+    /// Creating a VM.
     CreateVm(String),
+    /// Deleting a VM.
     DeleteVm(String),
+    /// Deleting a NIC.
     DeleteNic(String),
 }
 
+/// A long-running operation.
 #[derive(Debug, Clone)]
-struct Op {
+pub struct Op {
     target: OpTarget,
     polls_left: u32,
     failure: Option<Value>,
     never: bool,
     done: bool,
 }
+
+/// Called with a created VM and its custom data (base64).
+pub type VmCreated = Arc<dyn Fn(&Value, &str) + Send + Sync>;
+/// Called with a deleted VM's name.
+pub type VmDeleted = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The fake's state.
 pub struct Arm {
@@ -126,8 +136,10 @@ pub struct Arm {
     pub vms: BTreeMap<String, Value>,
     /// NICs by name.
     pub nics: BTreeMap<String, Value>,
-    ops: BTreeMap<String, Op>,
-    next_id: u64,
+    /// Long-running operations by ID.
+    pub ops: BTreeMap<String, Op>,
+    /// The next ID handed out.
+    pub next_id: u64,
     /// Every request.
     pub requests: Vec<Logged>,
     /// Pending faults.
@@ -148,11 +160,11 @@ pub struct Arm {
     pub assertions: Vec<String>,
     /// Called with each VM whose create operation succeeded, and the custom data it was
     /// created with (base64), as a booting VM would use it.
-    pub on_vm_created: Option<Arc<dyn Fn(&Value, &str) + Send + Sync>>,
+    pub on_vm_created: Option<VmCreated>,
     /// Custom data of each VM (ARM keeps it but never returns it).
     pub custom_data: BTreeMap<String, String>,
     /// Called with each VM name deleted.
-    pub on_vm_deleted: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub on_vm_deleted: Option<VmDeleted>,
 }
 
 impl Default for Arm {

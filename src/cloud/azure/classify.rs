@@ -273,6 +273,17 @@ mod tests {
         }
     }
 
+    /// status, code, message, attempted capacity type → reason, cache entries, try next.
+    type Row<'a> = (
+        Option<u16>,
+        &'a str,
+        &'a str,
+        CapacityType,
+        Reason,
+        Vec<Mark>,
+        bool,
+    );
+
     /// The classifier's table: status, code, message, attempted capacity type → reason,
     /// cache entries, whether the next candidate is tried.
     #[test]
