@@ -4,6 +4,7 @@
 //! as the VM's kubelet would from its custom data.
 
 #[path = "support/control_plane.rs"]
+#[allow(dead_code)] // shared with tests/agent.rs, which uses all of it
 mod control_plane;
 #[path = "support/fake_arm.rs"]
 mod fake_arm;

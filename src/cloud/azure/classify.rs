@@ -290,15 +290,7 @@ mod tests {
     fn the_classifier_table_matches_karpenters_handlers() {
         use CapacityType::{OnDemand, Spot};
         let hour = SignedDuration::from_hours(1);
-        let rows: Vec<(
-            Option<u16>,
-            &str,
-            &str,
-            CapacityType,
-            Reason,
-            Vec<Mark>,
-            bool,
-        )> = vec![
+        let rows: Vec<Row<'_>> = vec![
             (
                 Some(409),
                 "OperationNotAllowed",
