@@ -94,6 +94,9 @@ pub enum CatalogError {
     BadSpotDiscount(f64),
 }
 
+/// A catalog shared between the controllers and a cloud that refreshes it.
+pub type SharedCatalog = std::sync::Arc<std::sync::RwLock<Catalog>>;
+
 /// Result alias for catalog operations.
 pub type Result<T> = std::result::Result<T, CatalogError>;
 
@@ -106,6 +109,11 @@ pub struct CatalogSku {
     pub known: bool,
     /// Whether AKS or the node provisioner refuses this size.
     pub restricted: bool,
+    /// Zone numbers (`"1"`, `"2"`) the size is sold in, when the source says (Resource
+    /// SKUs, with restricted zones removed); `None` offers it in every zone.
+    pub zones: Option<Vec<String>>,
+    /// Whether the size can run as spot (`LowPriorityCapable`).
+    pub spot_capable: bool,
 }
 
 /// Options for turning the catalog into instance types for one region.
@@ -148,6 +156,8 @@ pub struct Catalog {
     skus: Vec<CatalogSku>,
     /// region → size name → USD/hour.
     prices: BTreeMap<String, BTreeMap<String, f64>>,
+    /// region → size name → published spot USD/hour (live catalogs only).
+    spot_prices: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl Catalog {
@@ -178,7 +188,32 @@ impl Catalog {
             source: source.to_string(),
             skus,
             prices,
+            spot_prices: BTreeMap::new(),
         })
+    }
+
+    /// A catalog read from a cloud's APIs: sizes with their zones and spot capability, and
+    /// published on-demand and spot prices for one region. Spot offerings then carry the
+    /// published price (never an estimate), and a size without a spot price has none.
+    pub fn from_live(
+        source: &str,
+        region: &str,
+        skus: Vec<CatalogSku>,
+        on_demand: BTreeMap<String, f64>,
+        spot: BTreeMap<String, f64>,
+    ) -> Self {
+        let region = region.to_ascii_lowercase();
+        Catalog {
+            source: source.to_string(),
+            skus,
+            prices: BTreeMap::from([(region.clone(), on_demand)]),
+            spot_prices: BTreeMap::from([(region, spot)]),
+        }
+    }
+
+    /// Whether spot prices for `region` are published ones rather than estimates.
+    pub fn has_spot_prices(&self, region: &str) -> bool {
+        self.spot_prices.contains_key(&region.to_ascii_lowercase())
     }
 
     /// Every size in the catalog.
@@ -248,8 +283,31 @@ impl Catalog {
             let Some(&price) = prices.get(&entry.sku.name).filter(|p| **p > 0.0) else {
                 continue;
             };
-            let mut offerings = Vec::with_capacity(zones.len() * 2);
-            for zone in &zones {
+            let published_spot = self.spot_prices.get(&region);
+            let spot_price = match published_spot {
+                Some(spot) => entry
+                    .spot_capable
+                    .then(|| spot.get(&entry.sku.name).copied())
+                    .flatten()
+                    .filter(|p| *p > 0.0)
+                    .map(|p| (p, false)),
+                None => Some((round_price(price * (1.0 - options.spot_discount)), true)),
+            };
+            let sku_zones: Vec<&String> = zones
+                .iter()
+                .filter(|z| {
+                    entry.zones.as_ref().is_none_or(|allowed| {
+                        z.rsplit('-')
+                            .next()
+                            .is_some_and(|n| allowed.iter().any(|a| a == n))
+                    })
+                })
+                .collect();
+            if sku_zones.is_empty() {
+                continue;
+            }
+            let mut offerings = Vec::with_capacity(sku_zones.len() * 2);
+            for zone in sku_zones {
                 offerings.push(Offering {
                     zone: zone.clone(),
                     capacity_type: CapacityType::OnDemand,
@@ -257,12 +315,14 @@ impl Catalog {
                     price_is_estimate: false,
                     available: true,
                 });
-                if options.include_spot {
+                if options.include_spot
+                    && let Some((spot, estimate)) = spot_price
+                {
                     offerings.push(Offering {
                         zone: zone.clone(),
                         capacity_type: CapacityType::Spot,
-                        price_per_hour: round_price(price * (1.0 - options.spot_discount)),
-                        price_is_estimate: true,
+                        price_per_hour: spot,
+                        price_is_estimate: estimate,
                         available: true,
                     });
                 }
@@ -444,6 +504,8 @@ fn parse_skus(file: &str, text: &str) -> Result<Vec<CatalogSku>> {
             },
             known,
             restricted,
+            zones: None,
+            spot_capable: true,
         });
     }
     Ok(out)

@@ -51,7 +51,7 @@ pub struct CatalogReport {
     pub max_pods: u32,
     /// Fraction off on-demand used to estimate spot prices.
     pub spot_discount: f64,
-    /// Always true: spot prices are estimates.
+    /// Whether spot prices are estimates (true unless the catalog is live).
     pub spot_prices_are_estimates: bool,
     /// The sizes, cheapest on-demand first.
     pub instance_types: Vec<CatalogEntry>,
@@ -119,6 +119,7 @@ pub fn report(args: CatalogArgs) -> Result<CatalogReport> {
         wanted.add(Requirement::parse_expression(expression)?);
     }
     let types = catalog.instance_types(&options)?;
+    let estimates = !catalog.has_spot_prices(&options.region);
     let mut entries: Vec<CatalogEntry> = types
         .iter()
         .filter(|it| wanted.compatible(&it.requirements).is_ok())
@@ -156,7 +157,7 @@ pub fn report(args: CatalogArgs) -> Result<CatalogReport> {
         overhead_model: options.node.overhead_model,
         max_pods: options.node.max_pods,
         spot_discount: options.spot_discount,
-        spot_prices_are_estimates: true,
+        spot_prices_are_estimates: estimates,
         instance_types: entries,
     })
 }
@@ -181,7 +182,11 @@ pub fn table(report: &CatalogReport) -> String {
         "ALLOC MEMORY",
         "PODS",
         "ON-DEMAND $/H",
-        "SPOT $/H (EST.)",
+        if report.spot_prices_are_estimates {
+            "SPOT $/H (EST.)"
+        } else {
+            "SPOT $/H"
+        },
         "ZONES",
     ])
     .align_right(&[2, 3, 4, 5, 6, 7, 8]);
@@ -207,12 +212,19 @@ pub fn table(report: &CatalogReport) -> String {
         ]);
     }
     let mut out = t.render();
+    let spot = if report.spot_prices_are_estimates {
+        format!(
+            "spot prices are estimates ({:.0}% off on-demand)",
+            report.spot_discount * 100.0
+        )
+    } else {
+        "spot prices are published prices".to_string()
+    };
     out.push_str(&format!(
-        "\n{} instance types in {} from the {} catalog; spot prices are estimates ({:.0}% off on-demand).\n",
+        "\n{} instance types in {} from the {} catalog; {spot}.\n",
         report.instance_types.len(),
         report.region,
         report.source,
-        report.spot_discount * 100.0
     ));
     out
 }

@@ -215,9 +215,110 @@ pub struct OutputArgs {
     pub output: crate::report::Format,
 }
 
+/// Which catalog to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CatalogSource {
+    /// The built-in catalog, or `--catalog-dir`.
+    Builtin,
+    /// Live: Resource SKUs for the subscription and the Retail Prices API.
+    Azure,
+}
+
+/// How Tailor reaches Azure; shared by the live catalog and the Azure cloud.
+#[derive(Debug, Clone, Args)]
+pub struct AzureArgs {
+    /// Azure subscription ID (the live catalog's Resource SKUs and the VMs).
+    #[arg(long, env = "AZURE_SUBSCRIPTION_ID")]
+    pub subscription_id: Option<String>,
+
+    /// Azure Resource Manager endpoint (another cloud, or a test double). The token scope
+    /// is `<endpoint>/.default`.
+    #[arg(
+        long,
+        env = "TAILOR_AZURE_RESOURCE_MANAGER_ENDPOINT",
+        default_value = crate::cloud::azure::DEFAULT_ARM_ENDPOINT
+    )]
+    pub azure_resource_manager_endpoint: String,
+
+    /// Azure Retail Prices endpoint.
+    #[arg(
+        long,
+        env = "TAILOR_AZURE_PRICES_ENDPOINT",
+        default_value = crate::cloud::azure::DEFAULT_PRICES_ENDPOINT
+    )]
+    pub azure_prices_endpoint: String,
+}
+
+impl AzureArgs {
+    /// The subscription ID, which Azure calls require.
+    pub fn subscription(&self, why: &str) -> Result<String> {
+        self.subscription_id
+            .clone()
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| CliError::InvalidFlag {
+                flag: "--subscription-id",
+                reason: format!("{why} needs the Azure subscription ID (or AZURE_SUBSCRIPTION_ID)"),
+            })
+    }
+
+    /// ARM settings for the endpoint: the public cloud's scope, or `<endpoint>/.default`.
+    pub fn arm_settings(&self) -> Result<crate::cloud::azure::arm::ArmSettings> {
+        let endpoint =
+            azure_core::Url::parse(&self.azure_resource_manager_endpoint).map_err(|e| {
+                CliError::InvalidFlag {
+                    flag: "--azure-resource-manager-endpoint",
+                    reason: format!("{:?}: {e}", self.azure_resource_manager_endpoint),
+                }
+            })?;
+        Ok(crate::cloud::azure::arm::ArmSettings::for_endpoint(
+            endpoint,
+        ))
+    }
+
+    /// The credential the environment describes (workload identity or managed identity).
+    pub fn credential(&self) -> Result<std::sync::Arc<dyn azure_core::auth::TokenCredential>> {
+        crate::cloud::azure::auth::AuthSettings::from_env(|k| std::env::var(k).ok())
+            .credential()
+            .map_err(CliError::Input)
+    }
+
+    /// Reads the live catalog of `region`.
+    pub async fn live_catalog(&self, region: &str) -> Result<Catalog> {
+        let subscription = self.subscription("--source azure")?;
+        let arm = crate::cloud::azure::arm::Arm::new(
+            self.credential()?,
+            self.arm_settings()?,
+            &subscription,
+            "",
+        );
+        let (catalog, _) = crate::cloud::azure::catalog::fetch(
+            &arm,
+            &reqwest::Client::new(),
+            &self.azure_prices_endpoint,
+            region,
+        )
+        .await
+        .map_err(|e| CliError::Input(e.to_string()))?;
+        Ok(catalog)
+    }
+}
+
 /// Where instance types and prices come from; shared by every command that prices nodes.
 #[derive(Debug, Clone, Args)]
 pub struct CatalogSourceArgs {
+    /// `builtin` (or `--catalog-dir`), or `azure`: the live catalog for the subscription.
+    #[arg(
+        long,
+        env = "TAILOR_CATALOG_SOURCE",
+        value_enum,
+        default_value = "builtin"
+    )]
+    pub source: CatalogSource,
+
+    /// How to reach Azure.
+    #[command(flatten)]
+    pub azure: AzureArgs,
+
     /// Directory holding `skus.csv` and `prices.csv` (the full Azure catalog). Without
     /// it, the built-in catalog of common D/E/F sizes is used.
     #[arg(long, env = "TAILOR_CATALOG_DIR")]
@@ -258,6 +359,8 @@ impl CatalogSourceArgs {
     /// Loads the catalog and the options for turning it into instance types.
     pub fn load(self) -> Result<(Catalog, CatalogOptions)> {
         let CatalogSourceArgs {
+            source,
+            azure,
             catalog_dir,
             region,
             zones,
@@ -272,9 +375,36 @@ impl CatalogSourceArgs {
                 reason: format!("{max_pods} is outside 10..=250"),
             });
         }
-        let catalog = match &catalog_dir {
-            Some(dir) => Catalog::load_dir(dir)?,
-            None => Catalog::builtin()?,
+        let catalog = match (source, &catalog_dir) {
+            (CatalogSource::Azure, Some(_)) => {
+                return Err(CliError::InvalidFlag {
+                    flag: "--catalog-dir",
+                    reason: "cannot be combined with --source azure".to_string(),
+                });
+            }
+            (CatalogSource::Azure, None) => {
+                // Commands here are synchronous or start their runtime later: read the
+                // live catalog on a runtime of its own.
+                let region = region.clone();
+                std::thread::scope(|scope| {
+                    scope
+                        .spawn(|| {
+                            let rt = tokio::runtime::Builder::new_current_thread()
+                                .enable_all()
+                                .build()
+                                .map_err(CliError::Io)?;
+                            rt.block_on(azure.live_catalog(&region))
+                        })
+                        .join()
+                        .unwrap_or_else(|_| {
+                            Err(CliError::Input(
+                                "reading the live catalog panicked".to_string(),
+                            ))
+                        })
+                })?
+            }
+            (CatalogSource::Builtin, Some(dir)) => Catalog::load_dir(dir)?,
+            (CatalogSource::Builtin, None) => Catalog::builtin()?,
         };
         let options = CatalogOptions {
             region,

@@ -17,6 +17,10 @@ use tokio::task::JoinSet;
 
 use super::{CatalogSourceArgs, CliError, Result};
 use crate::clock::{Clock, SystemClock};
+use crate::cloud::CloudProvider as _;
+use crate::cloud::azure::bootstrap::ClusterBootstrap;
+use crate::cloud::azure::resources::Placement;
+use crate::cloud::azure::{AzureCloud, AzureSettings};
 use crate::cloud::kwok::{KwokCloud, KwokSettings, parse_offering};
 use crate::controllers::{self, Context, Settings, State, Writer};
 use crate::provisioning::Mode;
@@ -122,6 +126,71 @@ pub struct RunArgs {
     /// How often garbage collection looks for instances without a NodeClaim.
     #[arg(long, env = "TAILOR_GC_INTERVAL", default_value = "30s", value_parser = parse_std_duration)]
     pub gc_interval: Duration,
+
+    /// `--cloud azure`: where and how nodes are made.
+    #[command(flatten)]
+    pub azure: AzureNodeArgs,
+}
+
+/// Settings of `--cloud azure` (the subscription and endpoints are the catalog's
+/// `--subscription-id`, `--azure-resource-manager-endpoint`, `--azure-prices-endpoint`).
+#[derive(Debug, Args)]
+pub struct AzureNodeArgs {
+    /// Resource group the node VMs and NICs go to (AKS's `MC_` group).
+    #[arg(long, env = "AZURE_NODE_RESOURCE_GROUP")]
+    pub azure_node_resource_group: Option<String>,
+
+    /// Subnet of node NICs when the AKSNodeClass names none.
+    #[arg(long, env = "AZURE_SUBNET_ID")]
+    pub azure_subnet_id: Option<String>,
+
+    /// SSH public key of the nodes' admin user (the only login).
+    #[arg(long, env = "AZURE_SSH_PUBLIC_KEY")]
+    pub azure_ssh_public_key: Option<String>,
+
+    /// Admin user of the node VMs.
+    #[arg(long, env = "AZURE_ADMIN_USERNAME", default_value = "azureuser")]
+    pub azure_admin_username: String,
+
+    /// User-assigned identities attached to every node VM (the kubelet identity),
+    /// comma-separated resource IDs.
+    #[arg(long, env = "AZURE_NODE_IDENTITIES", value_delimiter = ',')]
+    pub azure_node_identities: Vec<String>,
+
+    /// The API server URL nodes join.
+    #[arg(long, env = "TAILOR_CLUSTER_ENDPOINT")]
+    pub cluster_endpoint: Option<String>,
+
+    /// The cluster CA bundle, base64-encoded PEM, for joining nodes.
+    #[arg(long, env = "TAILOR_CLUSTER_CA_BUNDLE")]
+    pub cluster_ca_bundle: Option<String>,
+
+    /// A kubelet bootstrap token; without it nodes use secure TLS bootstrapping.
+    #[arg(long, env = "TAILOR_KUBELET_BOOTSTRAP_TOKEN")]
+    pub kubelet_bootstrap_token: Option<String>,
+
+    /// The cluster DNS service IP.
+    #[arg(long, env = "TAILOR_CLUSTER_DNS", default_value = "10.0.0.10")]
+    pub cluster_dns: String,
+
+    /// Poll interval of ARM operations that give no Retry-After.
+    #[arg(long, env = "TAILOR_AZURE_POLL_INTERVAL", default_value = "3s", value_parser = parse_std_duration)]
+    pub azure_poll_interval: Duration,
+
+    /// How often the live catalog (Resource SKUs, Retail Prices) is read again.
+    #[arg(long, env = "TAILOR_AZURE_CATALOG_REFRESH", default_value = "12h", value_parser = parse_std_duration)]
+    pub azure_catalog_refresh: Duration,
+}
+
+impl AzureNodeArgs {
+    fn require(value: Option<String>, flag: &'static str) -> Result<String> {
+        value
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| CliError::InvalidFlag {
+                flag,
+                reason: "required with --cloud azure".to_string(),
+            })
+    }
 }
 
 /// Parses a Go-style duration (`1s`, `500ms`, `3m`) into a non-negative std duration.
@@ -184,7 +253,9 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         kwok_no_capacity,
         unavailable_offerings_ttl,
         gc_interval,
+        azure,
     } = args;
+    let azure_access = catalog.azure.clone();
     let (catalog, catalog_options) = catalog.load()?;
     let types = catalog.instance_types(&catalog_options)?;
     let file = kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
@@ -238,6 +309,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
     let writer = Writer::new(client.clone(), leader.clone(), &identity);
     match cloud {
         CloudArg::Kwok => {
+            let _ = azure;
             let cloud = KwokCloud::new(
                 client.clone(),
                 clock.clone(),
@@ -258,18 +330,96 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                 cloud,
                 metrics: metrics.clone(),
                 clock,
-                catalog,
+                catalog: std::sync::Arc::new(std::sync::RwLock::new(catalog)),
                 catalog_options,
                 settings,
             });
             controllers::run(ctx, &mut tasks);
         }
         CloudArg::Azure => {
-            return Err(CliError::InvalidFlag {
-                flag: "--cloud",
-                reason: "azure: the Azure provider is not part of this build yet; use --cloud kwok"
-                    .to_string(),
+            let AzureNodeArgs {
+                azure_node_resource_group,
+                azure_subnet_id,
+                azure_ssh_public_key,
+                azure_admin_username,
+                azure_node_identities,
+                cluster_endpoint,
+                cluster_ca_bundle,
+                kubelet_bootstrap_token,
+                cluster_dns,
+                azure_poll_interval,
+                azure_catalog_refresh,
+            } = azure;
+            let mut arm = azure_access.arm_settings()?;
+            arm.poll_interval = azure_poll_interval;
+            let settings_azure = AzureSettings {
+                placement: Placement {
+                    subscription_id: azure_access.subscription("--cloud azure")?,
+                    resource_group: AzureNodeArgs::require(
+                        azure_node_resource_group,
+                        "--azure-node-resource-group",
+                    )?,
+                    location: catalog_options.region.to_ascii_lowercase(),
+                    default_subnet_id: AzureNodeArgs::require(
+                        azure_subnet_id,
+                        "--azure-subnet-id",
+                    )?,
+                    admin_username: azure_admin_username,
+                    ssh_public_key: AzureNodeArgs::require(
+                        azure_ssh_public_key,
+                        "--azure-ssh-public-key",
+                    )?,
+                    node_identities: azure_node_identities,
+                },
+                cluster_name,
+                bootstrap: ClusterBootstrap {
+                    api_server: AzureNodeArgs::require(cluster_endpoint, "--cluster-endpoint")?,
+                    ca_bundle_base64: AzureNodeArgs::require(
+                        cluster_ca_bundle,
+                        "--cluster-ca-bundle",
+                    )?,
+                    bootstrap_token: kubelet_bootstrap_token.filter(|t| !t.is_empty()),
+                    cluster_dns,
+                    default_max_pods: catalog_options.node.max_pods,
+                },
+                arm,
+                prices_endpoint: azure_access.azure_prices_endpoint.clone(),
+                throttle_backoff: Duration::from_secs(60),
+            };
+            let shared = Arc::new(std::sync::RwLock::new(catalog));
+            let cloud = AzureCloud::new(
+                azure_access.credential()?,
+                settings_azure,
+                clock.clone(),
+                shared.clone(),
+                catalog_options.clone(),
+            );
+            // The built-in (or given) catalog serves until the live one is read.
+            if let Err(e) = cloud.refresh_catalog().await {
+                tracing::warn!(error = %e, "live catalog unavailable; using the {} catalog until the next refresh", shared.read().map(|c| c.source.clone()).unwrap_or_default());
+            }
+            match cloud.collect_leaked().await {
+                Ok(n) if n > 0 => tracing::info!(
+                    resources = n,
+                    "deleted network interfaces a crash left behind"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "looking for leaked network interfaces failed")
+                }
+            }
+            tasks.spawn(cloud.clone().refresh_forever(azure_catalog_refresh));
+            let ctx = Arc::new(Context {
+                state: state.clone(),
+                writer,
+                cloud,
+                metrics: metrics.clone(),
+                clock,
+                catalog: shared,
+                catalog_options,
+                settings,
             });
+            controllers::run(ctx, &mut tasks);
         }
     }
     writeln!(out, "tailor agent {identity} watching {server}")?;

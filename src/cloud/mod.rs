@@ -3,6 +3,7 @@
 //! demo, tests and benchmarks; the Azure Resource Manager implementation slots in beside
 //! it.
 
+pub mod azure;
 pub mod kwok;
 pub mod metered;
 pub mod sim;
@@ -56,6 +57,19 @@ pub enum CloudError {
         /// Seconds to wait.
         retry_after_seconds: u64,
     },
+    /// The cloud API refused or failed a call for another reason.
+    #[error("{operation}: {code}: {message}")]
+    Api {
+        /// What was being done (`create vm aks-default-x`).
+        operation: String,
+        /// The cloud's error code (or HTTP status).
+        code: String,
+        /// The cloud's message.
+        message: String,
+    },
+    /// The cloud cannot be reached or authenticated against.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl CloudError {
@@ -67,6 +81,8 @@ impl CloudError {
             CloudError::InvalidRequest { .. } => "invalid_request",
             CloudError::NotFound { .. } => "not_found",
             CloudError::Throttled { .. } => "throttled",
+            CloudError::Api { .. } => "api_error",
+            CloudError::Unavailable(_) => "unavailable",
         }
     }
 }
@@ -109,6 +125,33 @@ pub struct LaunchRequest {
     pub candidates: Vec<LaunchCandidate>,
     /// Tags for the VM (NodePool, cluster, and the AKSNodeClass's tags).
     pub tags: BTreeMap<String, String>,
+    /// How the node is built: image, disk, subnet, kubelet, labels and taints. Clouds that
+    /// boot no real OS (KWOK, the simulation) ignore it.
+    pub node: NodeLaunch,
+}
+
+/// The node-level settings of a launch, from the NodeClaim and its AKSNodeClass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeLaunch {
+    /// The node class's image family.
+    pub image_family: crate::apis::aksnodeclass::ImageFamily,
+    /// A pinned node image version (`202501.01.0`); `None` takes the newest.
+    pub image_version: Option<String>,
+    /// Images the node class resolved, newest first; the first whose requirements the
+    /// size meets is used instead of the family's default.
+    pub images: Vec<crate::apis::aksnodeclass::NodeImage>,
+    /// Subnet for the network interface; `None` uses the cluster's default node subnet.
+    pub subnet_id: Option<String>,
+    /// OS disk size in GB; `None` uses the AKS default (128).
+    pub os_disk_size_gb: Option<i32>,
+    /// Pods per node; `None` uses the cluster default.
+    pub max_pods: Option<u32>,
+    /// kubelet settings.
+    pub kubelet: Option<crate::apis::aksnodeclass::KubeletConfiguration>,
+    /// Labels the node registers with.
+    pub labels: BTreeMap<String, String>,
+    /// Taints the node registers with (`key=value:Effect`), startup taints included.
+    pub taints: Vec<String>,
 }
 
 /// The lifecycle state of a VM.
@@ -199,4 +242,11 @@ pub trait CloudProvider: Send + Sync {
 
     /// Spot interruption notices not yet handed out.
     fn interruptions(&self) -> impl Future<Output = Result<Vec<Interruption>>> + Send;
+
+    /// Deletes cloud resources a crash left behind that no instance owns (an Azure NIC
+    /// whose VM was never made); returns how many. Clouds without such resources have
+    /// nothing to do.
+    fn collect_leaked(&self) -> impl Future<Output = Result<usize>> + Send {
+        std::future::ready(Ok(0))
+    }
 }

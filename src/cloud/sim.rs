@@ -479,6 +479,7 @@ mod tests {
 
     fn request(claim: &str, candidates: Vec<LaunchCandidate>) -> LaunchRequest {
         LaunchRequest {
+            node: Default::default(),
             claim: claim.into(),
             node_pool: "default".into(),
             candidates,

@@ -51,6 +51,11 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
 }
 
 async fn collect<C: CloudProvider>(ctx: &Context<C>) -> Result<(), CloudError> {
+    match ctx.cloud.collect_leaked().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(resources = n, "deleted leaked cloud resources"),
+        Err(e) => ctx.metrics.cloud_error("collect_leaked", e.kind()),
+    }
     let instances = ctx.cloud.list().await?;
     let now = ctx.clock.now();
     let claims = ctx.state.node_claims.state();

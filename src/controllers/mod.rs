@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 
 use crate::apis::NodePool;
 use crate::apis::labels;
-use crate::catalog::{Catalog, CatalogOptions};
+use crate::catalog::CatalogOptions;
 use crate::clock::Clock;
 use crate::cloud::CloudProvider;
 use crate::model::{CapacityType, InstanceType, NodeSettings};
@@ -90,7 +90,7 @@ pub struct Context<C> {
     /// The clock.
     pub clock: Arc<dyn Clock>,
     /// The catalog, for instance types under each node class's settings.
-    pub catalog: Catalog,
+    pub catalog: crate::catalog::SharedCatalog,
     /// Region and pricing options of the catalog.
     pub catalog_options: CatalogOptions,
     /// Settings.
@@ -132,6 +132,8 @@ impl<C: CloudProvider> Context<C> {
             };
             let mut types = self
                 .catalog
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .instance_types(&options)
                 .map_err(|e| e.to_string())?;
             for t in &mut types {

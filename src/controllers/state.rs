@@ -280,6 +280,15 @@ impl State {
         let _ = done.send(true);
     }
 
+    /// The AKSNodeClass of this name, if the store holds it.
+    pub fn node_class(&self, name: &str) -> Option<AKSNodeClass> {
+        self.node_classes
+            .state()
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .map(|c| (**c).clone())
+    }
+
     /// Resolves at the next change of any store (or spuriously; callers re-read).
     pub async fn changed(&self) {
         self.changed.notified().await;

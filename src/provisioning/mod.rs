@@ -262,6 +262,7 @@ pub fn launch_request(input: &Input, claim: &PlannedNodeClaim) -> LaunchRequest 
         }
     }
     LaunchRequest {
+        node: crate::cloud::NodeLaunch::default(),
         claim: claim.name.clone(),
         node_pool: claim.node_pool.clone(),
         candidates,

@@ -213,6 +213,17 @@ impl Drop for Agent {
 impl Agent {
     /// Starts `tailor run` against the control plane with `extra` flags (the cloud is KWOK).
     pub fn start(cp: &ControlPlane, name: &str, extra: &[&str]) -> Agent {
+        Agent::start_with(cp, name, &["--cloud", "kwok"], extra, &[])
+    }
+
+    /// Starts `tailor run` with the cloud flags `cloud`, `extra` flags and environment `env`.
+    pub fn start_with(
+        cp: &ControlPlane,
+        name: &str,
+        cloud: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
         let port = free_port();
         let address = format!("127.0.0.1:{port}");
         let log = cp.dir().join("logs").join(format!("agent-{name}.log"));
@@ -221,9 +232,8 @@ impl Agent {
             .arg("run")
             .arg("--kubeconfig")
             .arg(&cp.kubeconfig)
+            .args(cloud)
             .args([
-                "--cloud",
-                "kwok",
                 "--cluster-name",
                 "e2e",
                 "--metrics-address",
@@ -234,6 +244,7 @@ impl Agent {
                 "default",
             ])
             .args(extra)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info,tailor=debug")
             .env("POD_NAME", name)
             .stdout(Stdio::null())

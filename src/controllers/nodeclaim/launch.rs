@@ -66,6 +66,7 @@ pub fn launch_request(
         .cloned()
         .unwrap_or_default();
     Ok(LaunchRequest {
+        node: crate::cloud::NodeLaunch::default(),
         claim: name.clone(),
         node_pool: pool.clone(),
         candidates,
@@ -75,6 +76,59 @@ pub fn launch_request(
             (labels::TAG_CLUSTER.to_string(), cluster_name.to_string()),
         ]),
     })
+}
+
+/// The node-level launch settings: the claim's labels and taints and its AKSNodeClass's
+/// image, disk, subnet and kubelet settings (defaults when the class is not found).
+pub fn node_launch(
+    claim: &NodeClaim,
+    class: Option<&crate::apis::AKSNodeClass>,
+) -> crate::cloud::NodeLaunch {
+    let taint = |t: &k8s_openapi::api::core::v1::Taint| match &t.value {
+        Some(v) => format!("{}={}:{}", t.key, v, t.effect),
+        None => format!("{}:{}", t.key, t.effect),
+    };
+    let mut node = crate::cloud::NodeLaunch {
+        labels: claim.labels().clone(),
+        // The node boots with the unregistered taint; registration removes it once the
+        // claim has adopted the node (as Karpenter's bootstrap does).
+        taints: std::iter::once(format!("{}:NoExecute", labels::UNREGISTERED_TAINT_KEY))
+            .chain(
+                claim
+                    .spec
+                    .taints
+                    .iter()
+                    .chain(&claim.spec.startup_taints)
+                    .map(taint),
+            )
+            .collect(),
+        ..Default::default()
+    };
+    // Single-valued `In` requirements are labels the node must carry (Karpenter does the same).
+    for r in &claim.spec.requirements {
+        if r.operator == crate::apis::nodeclaim::RequirementOperator::In
+            && let [v] = r.values.as_slice()
+        {
+            node.labels
+                .entry(r.key.clone())
+                .or_insert_with(|| v.clone());
+        }
+    }
+    if let Some(class) = class {
+        let spec = &class.spec;
+        node.image_family = spec.image_family;
+        node.image_version = spec.image_version.clone();
+        node.images = class
+            .status
+            .as_ref()
+            .and_then(|s| s.images.clone())
+            .unwrap_or_default();
+        node.subnet_id = spec.vnet_subnet_id.clone();
+        node.os_disk_size_gb = spec.os_disk_size_gb;
+        node.max_pods = spec.max_pods.and_then(|m| u32::try_from(m).ok());
+        node.kubelet = spec.kubelet.clone();
+    }
+    node
 }
 
 /// Launches the claim's instance and records the result on the claim.
@@ -96,7 +150,16 @@ pub async fn launch<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) {
     // Only what this step owns: other steps' conditions are applied by their own managers.
     let mut status = NodeClaimStatus::default();
     let request = match launch_request(claim, &types, &ctx.settings.cluster_name) {
-        Ok(r) => r,
+        Ok(mut r) => {
+            let class = ctx.state.node_class(&claim.spec.node_class_ref.name);
+            r.node = node_launch(claim, class.as_ref());
+            if let Some(class) = &class {
+                for (k, v) in &class.spec.tags {
+                    r.tags.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            r
+        }
         Err(message) => {
             set_condition(
                 &mut status.conditions,
