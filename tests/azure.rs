@@ -670,13 +670,8 @@ async fn a_crash_between_nic_and_vm_leaves_a_nic_the_next_start_deletes_and_gc_d
 
     // A crash after the VM: no NodeClaim owns it; garbage collection deletes it.
     let instances = restarted.list().await.expect("list");
-    assert_eq!(
-        instances
-            .iter()
-            .map(|i| i.provider_id.clone())
-            .collect::<Vec<_>>(),
-        [live.provider_id.clone()]
-    );
+    let listed: Vec<&str> = instances.iter().map(|i| i.provider_id.as_str()).collect();
+    assert_eq!(listed, [live.provider_id.as_str()]);
     let later = e
         .clock
         .now()

@@ -221,9 +221,9 @@ async fn tailor_run_with_the_azure_cloud_provisions_pending_pods_end_to_end() {
         },
     )
     .await;
+    let live = list(&nodes).await;
     let arm = fake.arm();
     assert!(!arm.vms.is_empty(), "the agent created VMs through ARM");
-    let live = list(&nodes).await;
     for pod in &running {
         let node = pod
             .spec
@@ -247,9 +247,8 @@ async fn tailor_run_with_the_azure_cloud_provisions_pending_pods_end_to_end() {
         );
         assert!(arm.vms.contains_key(&node), "{node} is a VM");
     }
-    assert_eq!(
+    assert!(
         arm.count("GET", "/api/retail/prices") > 0,
-        true,
         "live prices read"
     );
     drop(arm);
