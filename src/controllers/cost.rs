@@ -60,15 +60,22 @@ pub fn cost_by_group<'a>(
 /// Keeps the node cost and count metrics up to date until aborted.
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
-    let types = match ctx.catalog.instance_types(&ctx.catalog_options) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(error = %e, "no catalog to price nodes with; cost metrics stay empty");
-            return;
-        }
-    };
     let mut reported: BTreeSet<Group> = BTreeSet::new();
     loop {
+        // The catalog is read every pass: a live catalog refreshes its prices.
+        let types = ctx
+            .catalog
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .instance_types(&ctx.catalog_options);
+        let types = match types {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "no catalog to price nodes with; cost metrics not updated");
+                tokio::time::sleep(INTERVAL).await;
+                continue;
+            }
+        };
         let nodes = ctx.state.nodes.state();
         let groups = cost_by_group(nodes.iter().map(|n| n.as_ref()), &types);
         // Groups gone since the last pass drop to zero rather than keep their last value.
