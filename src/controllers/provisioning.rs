@@ -93,8 +93,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             // The planning copy of the stores is made only when a batch closes, and holds
             // only the pods planning reads: those bound to nodes and those pending.
             let snapshot = ctx.state.snapshot_with_pods(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
-                    || is_provisionable(p)
+                p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() || is_provisionable(p)
             });
             provision(&ctx, &mut round, snapshot, now).await;
             ctx.metrics.reconcile(
@@ -229,7 +228,9 @@ async fn provision<C: CloudProvider>(
         }
     }
     // Only valid pools are planned with; nothing is launched for the others.
-    snapshot.node_pools.retain(|p| valid.contains(&p.name_any()));
+    snapshot
+        .node_pools
+        .retain(|p| valid.contains(&p.name_any()));
     if valid.is_empty() {
         tracing::info!(
             pending = round.uncovered.len(),
@@ -489,7 +490,9 @@ async fn act<C: CloudProvider>(
         let mut created = Vec::with_capacity(to_create.len());
         // A few at a time: a large scale-up must not flood the API server.
         for wave in to_create.chunks(4) {
-            let writes = wave.iter().map(|(claim, _)| ctx.writer.apply_node_claim(claim));
+            let writes = wave
+                .iter()
+                .map(|(claim, _)| ctx.writer.apply_node_claim(claim));
             let results = futures::future::join_all(writes).await;
             let at = ctx.clock.now();
             for ((claim, planned), result) in wave.iter().zip(results) {

@@ -58,14 +58,7 @@ pub struct State {
 /// Starts a reflector for `K` on `tasks`, notifying `changed` on every event.
 fn reflect<K>(client: &Client, tasks: &mut JoinSet<()>, changed: &Arc<Notify>) -> Store<K>
 where
-    K: Resource<DynamicType = ()>
-        + Slim
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Resource<DynamicType = ()> + Slim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
     let api = Api::<K>::all(client.clone());
@@ -124,7 +117,10 @@ fn slim_pod_spec(spec: &mut PodSpec) {
         c.termination_message_policy = None;
     }
     spec.containers.iter_mut().for_each(container);
-    spec.init_containers.iter_mut().flatten().for_each(container);
+    spec.init_containers
+        .iter_mut()
+        .flatten()
+        .for_each(container);
     spec.ephemeral_containers = None;
     spec.volumes = None;
     spec.security_context = None;
@@ -178,13 +174,17 @@ impl Slim for Node {
 
 impl Slim for DaemonSet {
     fn slim(&mut self) {
-        self.spec.iter_mut().for_each(|s| slim_template(&mut s.template));
+        self.spec
+            .iter_mut()
+            .for_each(|s| slim_template(&mut s.template));
     }
 }
 
 impl Slim for Deployment {
     fn slim(&mut self) {
-        self.spec.iter_mut().for_each(|s| slim_template(&mut s.template));
+        self.spec
+            .iter_mut()
+            .for_each(|s| slim_template(&mut s.template));
     }
 }
 
@@ -209,7 +209,9 @@ impl Slim for ReplicaSet {
 
 impl Slim for Job {
     fn slim(&mut self) {
-        self.spec.iter_mut().for_each(|s| slim_template(&mut s.template));
+        self.spec
+            .iter_mut()
+            .for_each(|s| slim_template(&mut s.template));
     }
 }
 
