@@ -1,7 +1,10 @@
 //! Memory of the `tailor run` agent with a large cluster in its stores: 500 nodes and 5,000
 //! pods on a real control plane (built by `scripts/control-plane`), against the same agent
 //! watching an empty cluster in the same run. Prints resident memory (VmRSS and its peak
-//! VmHWM) of both and their ratio; the target for the large cluster is 150 MiB.
+//! VmHWM) of both and their ratio; the target for the large cluster is 150 MiB. Every node
+//! is one Tailor manages (a NodePool's, with an initialized NodeClaim), so the disruption
+//! controller evaluates consolidation over the whole cluster on each pass, as it would in a
+//! cluster Tailor provisioned.
 //!
 //! `cargo bench --bench agent`. Without `--bench` (as `cargo test --all-targets` runs it) it
 //! does a small smoke run: 20 nodes and 100 pods.
@@ -15,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use control_plane::{Agent, ControlPlane, eventually};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tailor::apis::NodeClaim;
 
 const PODS_PER_NODE: usize = 10;
 
@@ -42,13 +46,20 @@ fn node(i: usize) -> Node {
         "metadata": {
             "name": format!("bench-{i:04}"),
             "labels": {
+                "tailor.sh/nodepool": "default",
+                "tailor.sh/registered": "true",
+                "tailor.sh/capacity-type": "on-demand",
+                "tailor.sh/cluster": "tailor",
                 "kubernetes.io/hostname": format!("bench-{i:04}"),
                 "node.kubernetes.io/instance-type": "Standard_D8s_v5",
                 "topology.kubernetes.io/zone": format!("eastus-{}", i % 3 + 1),
                 "kubernetes.io/arch": "amd64",
                 "kubernetes.io/os": "linux"
             },
-            "annotations": {"kwok.x-k8s.io/node": "fake"}
+            "annotations": {
+                "kwok.x-k8s.io/node": "fake",
+                "tags.tailor.sh/tailor.sh_nodeclaim": format!("bench-{i:04}")
+            }
         },
         "spec": {"providerID": format!("kwok://bench-{i:04}")},
         "status": {
@@ -57,6 +68,45 @@ fn node(i: usize) -> Node {
         }
     }))
     .expect("node")
+}
+
+const POOL: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux, maxPods: 110}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: tailor.sh/sku-family, operator: In, values: [D]}
+      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+  disruption: {consolidateAfter: 0s}
+"#;
+
+/// The initialized NodeClaim of bench node `i`.
+fn claim(i: usize) -> (NodeClaim, serde_json::Value) {
+    let claim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "tailor.sh/v1alpha1",
+        "kind": "NodeClaim",
+        "metadata": {"name": format!("bench-{i:04}"), "labels": {"tailor.sh/nodepool": "default"}},
+        "spec": {"nodeClassRef": {"group": "tailor.sh", "kind": "AKSNodeClass", "name": "default"}}
+    }))
+    .expect("claim");
+    let now = jiff::Timestamp::now().to_string();
+    let condition = |t: &str| {
+        serde_json::json!({"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": now})
+    };
+    let status = serde_json::json!({"status": {
+        "nodeName": format!("bench-{i:04}"),
+        "providerID": format!("kwok://bench-{i:04}"),
+        "conditions": [condition("Launched"), condition("Registered"), condition("Initialized")]
+    }});
+    (claim, status)
 }
 
 fn pod(node: usize, j: usize) -> Pod {
@@ -99,6 +149,7 @@ async fn main() {
     drop(baseline);
 
     let started = Instant::now();
+    cp.apply_yaml(POOL).await;
     let namespaces: Api<Namespace> = Api::all(cp.client.clone());
     namespaces
         .create(
@@ -110,11 +161,25 @@ async fn main() {
         .expect("namespace");
     let nodes: Api<Node> = Api::all(cp.client.clone());
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "bench");
+    let claims: Api<NodeClaim> = Api::all(cp.client.clone());
     let mut set = tokio::task::JoinSet::new();
     for chunk in 0..10 {
-        let (nodes, pods) = (nodes.clone(), pods.clone());
+        let (nodes, pods, claims) = (nodes.clone(), pods.clone(), claims.clone());
         set.spawn(async move {
             for i in (chunk * nodes_wanted / 10)..((chunk + 1) * nodes_wanted / 10) {
+                let (claim, status) = claim(i);
+                claims
+                    .create(&PostParams::default(), &claim)
+                    .await
+                    .expect("create claim");
+                claims
+                    .patch_status(
+                        &format!("bench-{i:04}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(status),
+                    )
+                    .await
+                    .expect("claim status");
                 nodes
                     .create(&PostParams::default(), &node(i))
                     .await

@@ -280,7 +280,20 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
     // ReplicaSet controller creates them over a few seconds) and 1 s after the last one;
     // what Tailor adds after the batch closes is the time from the last pod that went
     // pending before the claim, plus that 1 s idle window, to the claim.
-    let (pending_at, claim_at) = seen.take();
+    let (pending_at, claim_at, nominated) = seen.take();
+    // How faithfully kube-scheduler followed the plan: pods bound to the node Tailor
+    // nominated them to, per Deployment.
+    let mut fidelity: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for pod in &all_running {
+        let app = pod.labels().get("app").cloned().unwrap_or_default();
+        let entry = fidelity.entry(app).or_default();
+        entry.1 += 1;
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+        if bound.is_some() && bound == nominated.get(&pod.name_any()) {
+            entry.0 += 1;
+        }
+    }
+    println!("pods bound to the node Tailor nominated (kept / all): {fidelity:?}");
     let claim_of_node: BTreeMap<String, String> = claims
         .iter()
         .filter_map(|c| Some((c.status.as_ref()?.node_name.clone()?, c.name_any())))
@@ -332,6 +345,8 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
 /// When the test's watches first saw each pod unschedulable and each NodeClaim created.
 struct Seen {
     pending: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::time::Instant>>>,
+    /// The node each pod was first nominated to while unbound (Tailor's plan for it).
+    nominated: std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>,
     claims: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::time::Instant>>>,
     tasks: tokio::task::JoinSet<()>,
 }
@@ -341,22 +356,37 @@ impl Seen {
         use futures::StreamExt;
         use kube::runtime::{WatchStreamExt, watcher};
         let pending = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let nominated = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         let claims = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         let mut tasks = tokio::task::JoinSet::new();
-        let (seen, api) = (
+        let (seen, planned, api) = (
             pending.clone(),
+            nominated.clone(),
             Api::<Pod>::namespaced(cp.client.clone(), "default"),
         );
         tasks.spawn(
             watcher(api, watcher::Config::default())
                 .applied_objects()
                 .for_each(move |pod| {
-                    if let Ok(pod) = pod
-                        && tailor::controllers::provisioning::is_provisionable(&pod)
-                    {
-                        let mut seen = seen.lock().expect("lock");
-                        seen.entry(pod.name_any())
-                            .or_insert_with(std::time::Instant::now);
+                    if let Ok(pod) = pod {
+                        if tailor::controllers::provisioning::is_provisionable(&pod) {
+                            let mut seen = seen.lock().expect("lock");
+                            seen.entry(pod.name_any())
+                                .or_insert_with(std::time::Instant::now);
+                        }
+                        let unbound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none();
+                        if let Some(node) = pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.nominated_node_name.clone())
+                            .filter(|n| unbound && !n.is_empty())
+                        {
+                            planned
+                                .lock()
+                                .expect("lock")
+                                .entry(pod.name_any())
+                                .or_insert(node);
+                        }
                     }
                     std::future::ready(())
                 }),
@@ -376,6 +406,7 @@ impl Seen {
         );
         Seen {
             pending,
+            nominated,
             claims,
             tasks,
         }
@@ -387,11 +418,13 @@ impl Seen {
     ) -> (
         BTreeMap<String, std::time::Instant>,
         BTreeMap<String, std::time::Instant>,
+        BTreeMap<String, String>,
     ) {
         self.tasks.abort_all();
         let pending = std::mem::take(&mut *self.pending.lock().expect("lock"));
         let claims = std::mem::take(&mut *self.claims.lock().expect("lock"));
-        (pending, claims)
+        let nominated = std::mem::take(&mut *self.nominated.lock().expect("lock"));
+        (pending, claims, nominated)
     }
 }
 

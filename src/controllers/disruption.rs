@@ -177,11 +177,34 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             }
             continue;
         }
-        let snapshot = ctx.state.snapshot();
-        let Some((decision, marks)) = decide(&ctx, &snapshot, now).await else {
+        // Nothing to disrupt while capacity is launching or before Tailor manages a node: the
+        // check needs only the claims, so the pass copies nothing then.
+        if settling(&claims) {
+            validating = None;
+            if claims.iter().all(|c| c.metadata.deletion_timestamp.is_some()) {
+                ctx.metrics.set_disruption_blocked(std::iter::empty());
+                ctx.metrics.set_savings_available(
+                    crate::telemetry::names::SavingsSource::Consolidation,
+                    0.0,
+                );
+            }
+            continue;
+        }
+        drop(claims);
+        let mut snapshot = disruption_view(&ctx.state);
+        let Ok(types) = ctx.instance_types().await else {
             validating = None;
             continue;
         };
+        let Ok(cluster) = disruption::Cluster::from_snapshot(&snapshot, &types, now.as_second())
+        else {
+            validating = None;
+            continue;
+        };
+        // The cluster model holds what is decided over; the pods' copy goes before the
+        // evaluation and the writes that follow.
+        snapshot.pods = Vec::new();
+        let (decision, marks) = decide(&ctx, &cluster);
         mark(&ctx, &snapshot, &marks, now).await;
         let Some(decision) = decision else {
             validating = None;
@@ -229,7 +252,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             {
                 if now.duration_since(*since) >= VALIDATION_DELAY {
                     validating = None;
-                    if let Err(e) = start(&ctx, &snapshot, &decision, now).await {
+                    if let Err(e) = start(&ctx, &snapshot, &cluster, &decision, now).await {
                         tracing::warn!(error = %e, "starting a disruption failed");
                     }
                 }
@@ -261,10 +284,10 @@ fn pool_of(snapshot: &Snapshot, decision: &Decision) -> Option<String> {
 }
 
 /// The snapshot disruption decides over: valid pools only and, of the unbound pods, those the
-/// scheduler gave up on, so that a node they would land on is not taken away under them.
-fn disruption_view(snapshot: &Snapshot) -> Snapshot {
-    let mut view = snapshot.clone();
-    view.pods.retain(|p| {
+/// scheduler gave up on, so that a node they would land on is not taken away under them. The
+/// pods are filtered while copying out of the stores: one copy, of only what is decided over.
+fn disruption_view(state: &super::state::State) -> Snapshot {
+    let mut view = state.snapshot_with_pods(|p| {
         p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
             || super::provisioning::is_provisionable(p)
     });
@@ -273,36 +296,38 @@ fn disruption_view(snapshot: &Snapshot) -> Snapshot {
     view
 }
 
-/// The first decision on the cluster now, over Tailor's initialized nodes.
-async fn decide<C: CloudProvider>(
-    ctx: &Context<C>,
-    snapshot: &Snapshot,
-    now: Timestamp,
-) -> Option<(Option<Decision>, Vec<ClaimMarks>)> {
-    // While capacity is still launching the cluster is not settled: pods are on their way to
-    // the new nodes, and a consolidation now would be undone within minutes.
-    let launching = snapshot.node_claims.iter().any(|c| {
-        c.metadata.deletion_timestamp.is_none()
-            && !is_condition_true(
+/// Whether the cluster is not settled enough to disrupt: no live claim (Tailor manages no
+/// node), or capacity still launching (pods are on their way to the new nodes, and a
+/// consolidation now would be undone within minutes).
+fn settling(claims: &[Arc<NodeClaim>]) -> bool {
+    let live: Vec<&Arc<NodeClaim>> = claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .collect();
+    live.is_empty()
+        || live.iter().any(|c| {
+            !is_condition_true(
                 &c.status
                     .as_ref()
                     .map(|s| s.conditions.clone())
                     .unwrap_or_default(),
                 condition::INITIALIZED,
             )
-    });
-    if launching {
-        return None;
-    }
-    let types = ctx.instance_types().await.ok()?;
-    let view = disruption_view(snapshot);
-    let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second()).ok()?;
+        })
+}
+
+/// The first decision on the cluster now, over Tailor's initialized nodes (the cluster is
+/// built from the disruption view).
+fn decide<C: CloudProvider>(
+    ctx: &Context<C>,
+    cluster: &disruption::Cluster,
+) -> (Option<Decision>, Vec<ClaimMarks>) {
     let settings = disruption::Settings {
         all: false,
         ..disruption::Settings::default()
     };
     let started = std::time::Instant::now();
-    let report = disruption::evaluate(&cluster, &settings);
+    let report = disruption::evaluate(cluster, &settings);
     ctx.metrics
         .observe_decision("consolidation", started.elapsed().as_secs_f64());
     ctx.metrics
@@ -315,8 +340,8 @@ async fn decide<C: CloudProvider>(
             .map(|d| d.savings_per_hour.max(0.0))
             .sum(),
     );
-    let marks = claim_marks(&cluster);
-    Some((report.decisions.into_iter().next(), marks))
+    let marks = claim_marks(cluster);
+    (report.decisions.into_iter().next(), marks)
 }
 
 /// What the Drifted and Consolidatable conditions of one node's claim should say.
@@ -431,22 +456,20 @@ async fn mark<C: CloudProvider>(
     }
 }
 
-/// Marks the old claims and creates the replacements.
+/// Marks the old claims and creates the replacements. `cluster` is this pass's model, built
+/// from `snapshot` (the disruption view, its pods already dropped).
 async fn start<C: CloudProvider>(
     ctx: &Context<C>,
     snapshot: &Snapshot,
+    cluster: &disruption::Cluster,
     decision: &Decision,
     now: Timestamp,
 ) -> Result<(), String> {
-    let types = ctx.instance_types().await?;
-    let view = disruption_view(snapshot);
-    let cluster = disruption::Cluster::from_snapshot(&view, &types, now.as_second())
-        .map_err(|e| e.to_string())?;
     let settings = disruption::Settings {
         all: false,
         ..disruption::Settings::default()
     };
-    let plan = disruption::revalidate(&cluster, &settings, decision)?;
+    let plan = disruption::revalidate(cluster, &settings, decision)?;
     let id = format!("{}-{:08x}", method_name(decision), rand::random::<u32>());
     let claims: Vec<&NodeClaim> = decision
         .nodes

@@ -438,7 +438,7 @@ async fn act<C: CloudProvider>(
     plan: &Plan,
     now: Timestamp,
 ) {
-    let pods: HashMap<String, &Pod> = snapshot.pods.iter().map(|p| (key(p), p)).collect();
+    let pods: HashMap<String, &Pod> = snapshot.pods.iter().map(|p| (key(p), &**p)).collect();
     let pools: HashMap<String, &NodePool> = snapshot
         .node_pools
         .iter()

@@ -314,7 +314,7 @@ impl State {
                 .state()
                 .iter()
                 .filter(|p| keep(p))
-                .map(|p| (**p).clone())
+                .cloned()
                 .collect(),
             nodes: all(&self.nodes),
             daemon_sets: all(&self.daemon_sets),

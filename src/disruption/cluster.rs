@@ -241,7 +241,7 @@ fn pool_rules(np: &NodePool, now: i64) -> Result<PoolRules, ClusterError> {
     })
 }
 
-fn pdb(p: &PodDisruptionBudget, pods: &[Pod]) -> Result<Pdb, ClusterError> {
+fn pdb(p: &PodDisruptionBudget, pods: &[std::sync::Arc<Pod>]) -> Result<Pdb, ClusterError> {
     let namespace = p
         .metadata
         .namespace

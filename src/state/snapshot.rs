@@ -130,7 +130,7 @@ pub type Result<T> = std::result::Result<T, SnapshotError>;
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Pods: bound, pending, and pending ones expanded from workloads.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<std::sync::Arc<Pod>>,
     /// Nodes.
     pub nodes: Vec<Node>,
     /// DaemonSets (their pods run on every eligible node, including new ones).
@@ -490,7 +490,7 @@ impl Snapshot {
                 let mut pod: Pod = decode(o, obj, value)?;
                 check_pod_spec(o, obj, "", pod.spec.as_ref())?;
                 trim_pod(&mut pod);
-                self.pods.push(pod);
+                self.pods.push(std::sync::Arc::new(pod));
             }
             ("Node", false) => {
                 let node: Node = decode(o, obj, value)?;
@@ -699,7 +699,8 @@ impl Snapshot {
                 });
             }
             for i in have..replicas {
-                self.pods.push(pending_pod(kind, &meta, &template, i));
+                self.pods
+                    .push(std::sync::Arc::new(pending_pod(kind, &meta, &template, i)));
             }
             self.warnings.push(format!(
                 "{kind} {}/{}: {missing} of {replicas} replica(s) have no pod in the snapshot; added as pending",
@@ -964,7 +965,7 @@ fn pending_pod(kind: &str, owner: &ObjectMeta, template: &PodTemplateSpec, ordin
 impl Snapshot {
     /// Pods not bound to a node and not finished: what the provisioner must place.
     pub fn pending_pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.iter().filter(|p| {
+        self.pods.iter().map(|p| &**p).filter(|p| {
             let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             !bound && !matches!(phase, Some("Succeeded" | "Failed"))
@@ -975,6 +976,7 @@ impl Snapshot {
     pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
         self.pods
             .iter()
+            .map(|p| &**p)
             .filter(move |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
     }
 
