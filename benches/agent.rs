@@ -98,9 +98,7 @@ fn claim(i: usize) -> (NodeClaim, serde_json::Value) {
     }))
     .expect("claim");
     let now = jiff::Timestamp::now().to_string();
-    let condition = |t: &str| {
-        serde_json::json!({"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": now})
-    };
+    let condition = |t: &str| serde_json::json!({"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": now});
     let status = serde_json::json!({"status": {
         "nodeName": format!("bench-{i:04}"),
         "providerID": format!("kwok://bench-{i:04}"),

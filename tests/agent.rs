@@ -374,7 +374,11 @@ impl Seen {
                             seen.entry(pod.name_any())
                                 .or_insert_with(std::time::Instant::now);
                         }
-                        let unbound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none();
+                        let unbound = pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_ref())
+                            .is_none();
                         if let Some(node) = pod
                             .status
                             .as_ref()

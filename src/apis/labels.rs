@@ -61,6 +61,10 @@ pub const NODE_CLASS_HASH: &str = "tailor.sh/nodeclass-hash";
 pub const DISRUPTED_TAINT_KEY: &str = "tailor.sh/disrupted";
 /// Taint key placed on a node until Tailor has matched it to its NodeClaim.
 pub const UNREGISTERED_TAINT_KEY: &str = "tailor.sh/unregistered";
+/// Annotation naming the provisioning batch a NodeClaim was planned in. Registration holds
+/// the nodes of one batch back until all of them have appeared (or a short hold expires), so
+/// kube-scheduler sees the planned nodes together and binds pods where the plan put them.
+pub const LAUNCH_BATCH_ANNOTATION: &str = "tailor.sh/launch-batch";
 /// Finalizer that holds a NodeClaim or node until its VM has been deleted.
 pub const TERMINATION_FINALIZER: &str = "tailor.sh/termination";
 

@@ -181,7 +181,10 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // check needs only the claims, so the pass copies nothing then.
         if settling(&claims) {
             validating = None;
-            if claims.iter().all(|c| c.metadata.deletion_timestamp.is_some()) {
+            if claims
+                .iter()
+                .all(|c| c.metadata.deletion_timestamp.is_some())
+            {
                 ctx.metrics.set_disruption_blocked(std::iter::empty());
                 ctx.metrics.set_savings_available(
                     crate::telemetry::names::SavingsSource::Consolidation,

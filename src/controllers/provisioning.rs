@@ -254,11 +254,12 @@ async fn provision<C: CloudProvider>(
     };
     add_in_flight(&mut input, &snapshot);
     let suffix: u32 = rand::rng().random();
+    let batch = format!("p{suffix:08x}");
     let plan = scheduling::schedule(
         &input,
         &Options {
             cost_aware: true,
-            name_prefix: format!("p{suffix:08x}-"),
+            name_prefix: format!("{batch}-"),
             ..Options::default()
         },
     );
@@ -275,7 +276,7 @@ async fn provision<C: CloudProvider>(
         unschedulable = plan.unschedulable.len(),
         "planned pending pods"
     );
-    act(ctx, round, &snapshot, &plan, now).await;
+    act(ctx, round, &snapshot, &plan, &batch, now).await;
 }
 
 /// Records the verdict as the pool's `ValidationSucceeded` condition (only when it changes),
@@ -436,6 +437,7 @@ async fn act<C: CloudProvider>(
     round: &mut Round,
     snapshot: &Snapshot,
     plan: &Plan,
+    batch: &str,
     now: Timestamp,
 ) {
     let pods: HashMap<String, &Pod> = snapshot.pods.iter().map(|p| (key(p), &**p)).collect();
@@ -463,7 +465,11 @@ async fn act<C: CloudProvider>(
         let pool = pools.get(&planned.node_pool).copied();
         match (pool, ctx.mode_for(pool)) {
             (Some(pool), Mode::Autonomous) => {
-                let claim = node_claim_for(planned, pool, snapshot);
+                let mut claim = node_claim_for(planned, pool, snapshot);
+                claim.annotations_mut().insert(
+                    labels::LAUNCH_BATCH_ANNOTATION.to_string(),
+                    batch.to_string(),
+                );
                 for pod in &planned.pods {
                     // The node is named after its claim when it registers.
                     nominations.push((pod.as_str(), claim.name_any()));

@@ -299,6 +299,15 @@ impl Writer {
         }
     }
 
+    /// The Node as the API server has it now, for a write retried after a conflict (the
+    /// stores may lag behind). `None` when it is gone.
+    pub async fn fresh_node(&self, name: &str) -> Result<Option<Node>> {
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(api_error(format!("get node {name}")))
+    }
+
     /// Deletes a Node object.
     pub async fn delete_node(&self, name: &str) -> Result<()> {
         let what = || format!("delete node {name}");

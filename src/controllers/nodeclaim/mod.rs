@@ -21,7 +21,7 @@ use kube::ResourceExt;
 
 use super::{Context, wait_for_change};
 use crate::apis::nodeclaim::condition;
-use crate::apis::{NodeClaim, find_condition, is_condition_true};
+use crate::apis::{NodeClaim, find_condition, is_condition_true, labels};
 use crate::cloud::CloudProvider;
 use crate::telemetry::names::{Controller, Stage};
 
@@ -98,6 +98,51 @@ pub fn decide(
         };
     }
     Step::Steady
+}
+
+/// The longest a node is kept from pods while the other nodes of its launch batch appear.
+pub const BATCH_HOLD: SignedDuration = SignedDuration::from_secs(10);
+
+/// The launch batches (by [`labels::LAUNCH_BATCH_ANNOTATION`]) some live, unregistered claim
+/// of which has no Node yet. `has_node` says whether a claim's Node has appeared.
+pub fn incomplete_batches<'a>(
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    has_node: impl Fn(&NodeClaim) -> bool,
+) -> HashSet<String> {
+    claims
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            let conditions = c.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+            !is_condition_true(conditions, condition::REGISTERED) && !has_node(c)
+        })
+        .filter_map(|c| {
+            c.annotations()
+                .get(labels::LAUNCH_BATCH_ANNOTATION)
+                .cloned()
+        })
+        .collect()
+}
+
+/// Whether registering `claim`'s `node` waits for the rest of its launch batch: while another
+/// node of the batch has yet to appear, for at most [`BATCH_HOLD`] after this node appeared.
+/// Nodes of one plan turning schedulable together let kube-scheduler honour the plan's
+/// nominations; a node turning schedulable alone draws pods nominated to its siblings.
+pub fn holds_for_batch(
+    claim: &NodeClaim,
+    node: &Node,
+    incomplete: &HashSet<String>,
+    now: Timestamp,
+) -> bool {
+    let Some(batch) = claim.annotations().get(labels::LAUNCH_BATCH_ANNOTATION) else {
+        return false;
+    };
+    let appeared = node
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0);
+    incomplete.contains(batch) && now.duration_since(appeared) < BATCH_HOLD
 }
 
 /// A condition in the form the status carries.
@@ -187,9 +232,19 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             .into_iter()
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
             .collect();
-        for claim in ctx.state.node_claims.state() {
-            let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
-            let node = provider_id.as_ref().and_then(|p| nodes.get(p)).cloned();
+        let claims = ctx.state.node_claims.state();
+        let node_of = |c: &NodeClaim| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_ref())
+                .and_then(|p| nodes.get(p))
+                .cloned()
+        };
+        let incomplete = incomplete_batches(claims.iter().map(|c| &**c), |c| node_of(c).is_some());
+        // A batch's nodes are registered together, concurrently, after the other steps.
+        let mut registrations = Vec::new();
+        for claim in claims {
+            let node = node_of(&claim);
             let step = decide(&claim, node.as_deref(), now, ctx.settings.registration_ttl);
             let name = claim.name_any();
             let started = std::time::Instant::now();
@@ -199,15 +254,34 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
                         let (ctx, launches) = (ctx.clone(), launches.clone());
                         tokio::spawn(async move {
                             launch::launch(&ctx, &claim).await;
-                            launches.finish(&claim.name_any());
+                            // Held in flight until the store shows what the launch recorded,
+                            // so a pass reading the store in between does not launch again.
+                            let name = claim.name_any();
+                            for _ in 0..100 {
+                                let recorded = ctx.state.node_claims.state().iter().any(|c| {
+                                    c.name_any() == name
+                                        && c.status
+                                            .as_ref()
+                                            .is_some_and(|s| s.provider_id.is_some())
+                                });
+                                if recorded {
+                                    break;
+                                }
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                            launches.finish(&name);
                         });
                     }
                     Ok(())
                 }
-                Step::Register => match node {
-                    Some(node) => registration::register(&ctx, &claim, &node, now).await,
-                    None => Ok(()),
-                },
+                Step::Register => {
+                    if let Some(node) = node
+                        && !holds_for_batch(&claim, &node, &incomplete, now)
+                    {
+                        registrations.push((claim.clone(), node));
+                    }
+                    continue;
+                }
                 Step::Initialize => match node {
                     Some(node) => initialization::initialize(&ctx, &claim, &node, now).await,
                     None => Ok(()),
@@ -243,6 +317,24 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
                 }
             }
         }
+        let ctx = &ctx;
+        futures::future::join_all(registrations.into_iter().map(|(claim, node)| async move {
+            let started = std::time::Instant::now();
+            let result = registration::register(ctx, &claim, &node, now).await;
+            let failed = matches!(&result, Err(e) if !matches!(e, super::writes::WriteError::Conflict { .. }));
+            ctx.metrics
+                .reconcile(Controller::Nodeclaim, started.elapsed().as_secs_f64(), failed);
+            match result {
+                Ok(()) => {}
+                Err(e @ super::writes::WriteError::Conflict { .. }) => {
+                    tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "retrying registration after a conflict");
+                }
+                Err(e) => {
+                    tracing::warn!(nodeclaim = %claim.name_any(), error = %e, "registration failed");
+                }
+            }
+        }))
+        .await;
     }
 }
 
@@ -279,6 +371,54 @@ mod tests {
     }
 
     const TTL: SignedDuration = SignedDuration::from_mins(15);
+
+    fn in_batch(mut c: NodeClaim, name: &str, batch: &str) -> NodeClaim {
+        c.metadata.name = Some(name.to_string());
+        c.annotations_mut().insert(
+            labels::LAUNCH_BATCH_ANNOTATION.to_string(),
+            batch.to_string(),
+        );
+        c
+    }
+
+    #[test]
+    fn a_batch_is_incomplete_while_an_unregistered_live_claim_has_no_node() {
+        let launched = claim(&[(condition::LAUNCHED, true)], Some("kwok://x"));
+        let registered = claim(
+            &[(condition::LAUNCHED, true), (condition::REGISTERED, true)],
+            Some("kwok://x"),
+        );
+        let a = in_batch(launched.clone(), "a", "p1");
+        let b = in_batch(launched.clone(), "b", "p1");
+        let c = in_batch(registered, "c", "p2");
+        let d = in_batch(launched.clone(), "d", "p2");
+        let mut gone = in_batch(launched, "e", "p3");
+        gone.metadata.deletion_timestamp = Some(Time(t(0)));
+        let with_node = ["a", "d"];
+        let incomplete = incomplete_batches([&a, &b, &c, &d, &gone], |c| {
+            with_node.contains(&c.name_any().as_str())
+        });
+        // p1: b has no node. p2: c is registered, d has its node. p3: its only claim is going.
+        assert_eq!(incomplete, HashSet::from(["p1".to_string()]));
+    }
+
+    #[test]
+    fn registration_waits_for_the_batch_at_most_the_hold() {
+        let launched = claim(&[(condition::LAUNCHED, true)], Some("kwok://default-abcde"));
+        let mut node = ready_node();
+        node.metadata.creation_timestamp = Some(Time(t(100)));
+        let incomplete = HashSet::from(["p1".to_string()]);
+        let batched = in_batch(launched.clone(), "a", "p1");
+        assert!(holds_for_batch(&batched, &node, &incomplete, t(101)));
+        assert!(holds_for_batch(&batched, &node, &incomplete, t(109)));
+        // The hold expires.
+        assert!(!holds_for_batch(&batched, &node, &incomplete, t(110)));
+        // A complete batch, another batch, or no batch at all: no hold.
+        assert!(!holds_for_batch(&batched, &node, &HashSet::new(), t(101)));
+        let other = in_batch(launched.clone(), "b", "p2");
+        assert!(!holds_for_batch(&other, &node, &incomplete, t(101)));
+        assert!(!holds_for_batch(&launched, &node, &incomplete, t(101)));
+    }
 
     #[test]
     fn a_claim_walks_launch_register_initialize_in_order() {

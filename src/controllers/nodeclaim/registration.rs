@@ -11,7 +11,7 @@ use crate::apis::nodeclaim::{condition as cond, reason};
 use crate::apis::{NodeClaim, NodeClaimStatus, labels, set_condition};
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
-use crate::controllers::writes::Result;
+use crate::controllers::writes::{Result, WriteError};
 use crate::telemetry::names::Stage;
 
 /// The taints a registered node carries: its own less the unregistered taint, plus the
@@ -45,21 +45,41 @@ pub async fn register<C: CloudProvider>(
 ) -> Result<()> {
     let mut node_labels = claim.labels().clone();
     node_labels.insert(labels::REGISTERED.to_string(), "true".to_string());
-    let mut finalizers = node.finalizers().to_vec();
-    if !finalizers
-        .iter()
-        .any(|f| f == labels::TERMINATION_FINALIZER)
-    {
-        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
+    // A new node's status is written often by its kubelet, so the patch (guarded by the
+    // resource version, since it replaces the taint list) may meet a conflict: it is retried
+    // at once on the node read afresh, so that the nodes of one batch turn schedulable
+    // together rather than a pass apart.
+    let mut current = node.clone();
+    let mut attempt = 0;
+    loop {
+        let mut finalizers = current.finalizers().to_vec();
+        if !finalizers
+            .iter()
+            .any(|f| f == labels::TERMINATION_FINALIZER)
+        {
+            finalizers.push(labels::TERMINATION_FINALIZER.to_string());
+        }
+        match ctx
+            .writer
+            .patch_node(
+                &current,
+                &registered_taints(claim, &current),
+                &node_labels,
+                &finalizers,
+            )
+            .await
+        {
+            Ok(()) => break,
+            Err(WriteError::Conflict { .. }) if attempt < 3 => {
+                attempt += 1;
+                match ctx.writer.fresh_node(&node.name_any()).await? {
+                    Some(fresh) => current = fresh,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
-    ctx.writer
-        .patch_node(
-            node,
-            &registered_taints(claim, node),
-            &node_labels,
-            &finalizers,
-        )
-        .await?;
     // Only what this step owns: other steps' conditions are applied by their own managers.
     let mut status = NodeClaimStatus {
         node_name: Some(node.name_any()),
