@@ -227,53 +227,54 @@ async fn tailor_run_with_the_azure_cloud_provisions_pending_pods_end_to_end() {
     )
     .await;
     let live = list(&nodes).await;
-    let arm = fake.arm();
-    assert!(!arm.vms.is_empty(), "the agent created VMs through ARM");
-    for pod in &running {
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .expect("bound");
-        let n = live
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
-            .expect("node");
-        let pid = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.clone())
-            .unwrap_or_default();
+    let (evicted, vms_before) = {
+        let arm = fake.arm();
+        assert!(!arm.vms.is_empty(), "the agent created VMs through ARM");
+        for pod in &running {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .expect("bound");
+            let n = live
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+                .expect("node");
+            let pid = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.clone())
+                .unwrap_or_default();
+            assert!(
+                pid.starts_with(&format!(
+                    "azure:///subscriptions/{sub}/resourceGroups/mc_rg_e2e_eastus/"
+                )),
+                "{pid}"
+            );
+            assert!(arm.vms.contains_key(&node), "{node} is a VM");
+        }
         assert!(
-            pid.starts_with(&format!(
-                "azure:///subscriptions/{sub}/resourceGroups/mc_rg_e2e_eastus/"
-            )),
-            "{pid}"
+            arm.count("GET", "/api/retail/prices") > 0,
+            "live prices read"
         );
-        assert!(arm.vms.contains_key(&node), "{node} is a VM");
-    }
-    assert!(
-        arm.count("GET", "/api/retail/prices") > 0,
-        "live prices read"
-    );
-    // Spot is the cheapest offering the pool allows, and Karpenter's spot settings are sent.
-    let (evicted, vm) = arm
-        .vms
-        .iter()
-        .next()
-        .map(|(n, v)| (n.clone(), v.clone()))
-        .expect("a VM");
-    assert_eq!(
-        (
-            vm.pointer("/properties/priority").and_then(Value::as_str),
-            vm.pointer("/properties/evictionPolicy")
-                .and_then(Value::as_str)
-        ),
-        (Some("Spot"), Some("Delete")),
-        "{vm}"
-    );
-    let vms_before = arm.vms.len();
-    drop(arm);
+        // Spot is the cheapest offering the pool allows, and Karpenter's spot settings are sent.
+        let (evicted, vm) = arm
+            .vms
+            .iter()
+            .next()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .expect("a VM");
+        assert_eq!(
+            (
+                vm.pointer("/properties/priority").and_then(Value::as_str),
+                vm.pointer("/properties/evictionPolicy")
+                    .and_then(Value::as_str)
+            ),
+            (Some("Spot"), Some("Delete")),
+            "{vm}"
+        );
+        (evicted, arm.vms.len())
+    };
 
     // Azure evicts the Spot VM: with eviction policy Delete the VM and its NIC are gone
     // from ARM, without any call from Tailor.
