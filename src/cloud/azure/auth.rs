@@ -6,6 +6,13 @@
 //! hour) every later exchange would present a stale assertion. [`WorkloadIdentity`] reads
 //! the file on every exchange instead and hands it to the crate's own
 //! `federated_credentials_flow::perform`, so the request AAD sees is the crate's.
+//!
+//! The crate's `VirtualMachineManagedIdentityCredential` can only ask for the system-assigned
+//! identity (its `ImdsId` is private), so [`ManagedIdentity`] speaks IMDS itself and can
+//! name a user-assigned identity. Its endpoint is `--azure-imds-endpoint`, else
+//! `AZURE_POD_IDENTITY_AUTHORITY_HOST` (the Azure SDKs' IMDS override); `IDENTITY_ENDPOINT`
+//! is not read, because where it is set (App Service, Azure Arc) it names another token
+//! protocol, not IMDS.
 
 use std::path::PathBuf;
 use std::sync::Arc;
