@@ -1481,6 +1481,11 @@ async fn recommend_reads_azure_managed_prometheus_with_an_entra_token_refreshed_
             distinct.len(),
             prometheus_tokens.len()
         );
+        eprintln!(
+            "1 s workload-identity tokens: {queries} queries, {} distinct tokens used, {} exchanged",
+            distinct.len(),
+            prometheus_tokens.len()
+        );
     }
 
     // The user-assigned managed identity with hour-long tokens: one token serves every
@@ -1520,6 +1525,10 @@ async fn recommend_reads_azure_managed_prometheus_with_an_entra_token_refreshed_
     assert!(
         seen.len() >= 2 && seen.iter().all(|(_, ok)| *ok),
         "{seen:?}"
+    );
+    eprintln!(
+        "1 h managed-identity token: {} queries served by 1 IMDS token",
+        seen.len()
     );
 
     // An identity that cannot get a token: a clear error, no query sent.
