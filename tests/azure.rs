@@ -4,6 +4,8 @@
 
 #[path = "support/fake_arm.rs"]
 mod fake_arm;
+#[path = "support/prometheus.rs"]
+mod prometheus_server;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
@@ -17,7 +19,7 @@ use tailor::apis::labels;
 use tailor::catalog::{Catalog, CatalogOptions};
 use tailor::clock::{Clock, VirtualClock};
 use tailor::cloud::azure::arm::ArmSettings;
-use tailor::cloud::azure::auth::WorkloadIdentity;
+use tailor::cloud::azure::auth::{ManagedIdentity, UserAssigned, WorkloadIdentity};
 use tailor::cloud::azure::bootstrap::{self, ClusterBootstrap};
 use tailor::cloud::azure::resources::Placement;
 use tailor::cloud::azure::{AzureCloud, AzureSettings};
@@ -1011,4 +1013,592 @@ async fn tailor_catalog_with_the_azure_source_prints_the_live_catalog() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--subscription-id"), "{err}");
+}
+
+const CLIENT_GUID: &str = "7c9f2a4e-1b3d-4e5f-8a6b-0c1d2e3f4a5b";
+const OBJECT_GUID: &str = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0";
+const UNKNOWN_GUID: &str = "11111111-2222-4333-8444-555555555555";
+
+fn kubelet_identity_id() -> String {
+    format!(
+        "/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/kubelet"
+    )
+}
+
+/// A fake whose IMDS knows the system-assigned identity and one user-assigned identity.
+async fn fake_with_identities() -> FakeArm {
+    FakeArm::start(Arm {
+        imds_user_assigned: vec![fake_arm::UserIdentity {
+            client_id: CLIENT_GUID.to_string(),
+            object_id: OBJECT_GUID.to_string(),
+            resource_id: kubelet_identity_id(),
+        }],
+        ..Arm::default()
+    })
+    .await
+}
+
+fn quick(mut c: ManagedIdentity) -> ManagedIdentity {
+    c.retry_delay = Duration::from_millis(10);
+    c
+}
+
+#[tokio::test]
+async fn managed_identity_tokens_come_from_imds_for_system_and_user_assigned_identities() {
+    use azure_core::auth::TokenCredential;
+    install_crypto();
+    let fake = fake_with_identities().await;
+    let arm_scope = ["https://management.azure.com/.default"];
+
+    // System-assigned: the live catalog is read from ARM with an IMDS token, which is
+    // cached across calls.
+    let system = Arc::new(quick(
+        ManagedIdentity::new(&fake.url, None).expect("credential"),
+    ));
+    let cloud = AzureCloud::new(
+        system.clone(),
+        settings(&fake.url),
+        Arc::new(VirtualClock::new(
+            Timestamp::from_second(1_800_000_000).expect("ts"),
+        )),
+        Arc::new(RwLock::new(Catalog::builtin().expect("built-in"))),
+        CatalogOptions::for_region("eastus"),
+    );
+    cloud
+        .refresh_catalog()
+        .await
+        .expect("catalog read with an IMDS token");
+    system.get_token(&arm_scope).await.expect("cached token");
+    {
+        let arm = fake.arm();
+        let vias: Vec<(&str, &str)> = arm
+            .issued
+            .iter()
+            .map(|i| (i.via.as_str(), i.audience.as_str()))
+            .collect();
+        assert_eq!(vias, [("imds:system", "https://management.azure.com")]);
+        let imds: Vec<&fake_arm::Logged> = arm
+            .requests
+            .iter()
+            .filter(|r| r.path == "/metadata/identity/oauth2/token")
+            .collect();
+        assert_eq!(imds.len(), 1, "one token, then the cache");
+        assert!(
+            imds[0].query.contains("api-version=2018-02-01")
+                && imds[0]
+                    .query
+                    .contains("resource=https%3A%2F%2Fmanagement.azure.com"),
+            "{}",
+            imds[0].query
+        );
+        assert!(
+            arm.count("GET", "/Microsoft.Compute/skus") > 0,
+            "ARM accepted the IMDS token"
+        );
+    }
+
+    // User-assigned, by each of IMDS's three selectors.
+    for (id, via) in [
+        (
+            UserAssigned::ClientId(CLIENT_GUID.to_string()),
+            format!("imds:client_id={CLIENT_GUID}"),
+        ),
+        (
+            UserAssigned::ObjectId(OBJECT_GUID.to_string()),
+            format!("imds:object_id={OBJECT_GUID}"),
+        ),
+        (
+            UserAssigned::ResourceId(kubelet_identity_id()),
+            format!("imds:msi_res_id={}", kubelet_identity_id()),
+        ),
+    ] {
+        let c = quick(ManagedIdentity::new(&fake.url, Some(id)).expect("credential"));
+        let token = c
+            .get_token(&[tailor::cloud::azure::auth::PROMETHEUS_SCOPE])
+            .await
+            .expect("user-assigned token");
+        let arm = fake.arm();
+        let last = arm.issued.last().expect("issued");
+        assert_eq!(
+            (
+                token.token.secret(),
+                last.via.as_str(),
+                last.audience.as_str()
+            ),
+            (
+                last.token.as_str(),
+                via.as_str(),
+                "https://prometheus.monitor.azure.com"
+            )
+        );
+    }
+
+    // An identity the VM does not have: IMDS's 400 body, the endpoint and the ID named.
+    let unknown = quick(
+        ManagedIdentity::new(
+            &fake.url,
+            Some(UserAssigned::ClientId(UNKNOWN_GUID.to_string())),
+        )
+        .expect("credential"),
+    );
+    let err = unknown
+        .get_token(&arm_scope)
+        .await
+        .expect_err("unknown identity")
+        .to_string();
+    for part in [
+        "400",
+        "Identity not found",
+        UNKNOWN_GUID,
+        &format!("{}/metadata/identity/oauth2/token", fake.url),
+    ] {
+        assert!(err.contains(part), "{part:?} in {err}");
+    }
+    // A VM without a system-assigned identity.
+    fake.arm().imds_system_assigned = false;
+    system.clear_cache().await.expect("clear");
+    let err = system
+        .get_token(&arm_scope)
+        .await
+        .expect_err("no system identity")
+        .to_string();
+    assert!(
+        err.contains("system-assigned") && err.contains("Identity not found"),
+        "{err}"
+    );
+    // A transient 500 is retried; a 400 is not.
+    fake.arm().imds_system_assigned = true;
+    fake.arm().faults.push(Fault {
+        on: Match {
+            kind: "imds".into(),
+            ..Match::default()
+        },
+        kind: FaultKind::Status {
+            status: 500,
+            body: json!({"error": "unknown", "error_description": "IMDS is restarting"}),
+            headers: Vec::new(),
+        },
+        times: 2,
+    });
+    let before = fake.arm().count("GET", "/metadata/identity");
+    system.get_token(&arm_scope).await.expect("after two 500s");
+    assert_eq!(fake.arm().count("GET", "/metadata/identity") - before, 3);
+    let before = fake.arm().count("GET", "/metadata/identity");
+    let _ = unknown
+        .get_token(&arm_scope)
+        .await
+        .expect_err("still unknown");
+    assert_eq!(fake.arm().count("GET", "/metadata/identity") - before, 1);
+
+    // No IMDS at all (not an Azure VM): the endpoint is named.
+    let nowhere = format!("http://127.0.0.1:{}", prometheus_server::free_port());
+    let mut absent = quick(ManagedIdentity::new(&nowhere, None).expect("credential"));
+    absent.retries = 1;
+    let err = absent
+        .get_token(&arm_scope)
+        .await
+        .expect_err("no IMDS")
+        .to_string();
+    assert!(
+        err.contains(&nowhere) && err.contains("did not answer"),
+        "{err}"
+    );
+}
+
+/// `tailor catalog --source azure` with managed identity only (no workload identity).
+fn tailor_catalog_with_managed_identity(fake_url: &str, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args([
+            "catalog", "--source", "azure", "--region", "eastus", "-o", "json",
+        ])
+        .args([
+            "--subscription-id",
+            SUB,
+            "--azure-resource-manager-endpoint",
+            fake_url,
+            "--azure-prices-endpoint",
+            fake_url,
+            "--azure-imds-endpoint",
+            fake_url,
+        ])
+        .args(extra)
+        .env_remove("AZURE_TENANT_ID")
+        .env_remove("AZURE_CLIENT_ID")
+        .env_remove("AZURE_FEDERATED_TOKEN_FILE")
+        .env_remove("AZURE_POD_IDENTITY_AUTHORITY_HOST")
+        .output()
+        .expect("tailor runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tailor_catalog_uses_the_managed_identity_the_flags_name() {
+    install_crypto();
+    let fake = fake_with_identities().await;
+    let run = |extra: Vec<&'static str>| {
+        let url = fake.url.clone();
+        tokio::task::spawn_blocking(move || tailor_catalog_with_managed_identity(&url, &extra))
+    };
+    let out = run(vec![]).await.expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(vec!["--azure-client-id", CLIENT_GUID])
+        .await
+        .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vias: Vec<String> = fake.arm().issued.iter().map(|i| i.via.clone()).collect();
+    assert_eq!(
+        vias,
+        [
+            "imds:system".to_string(),
+            format!("imds:client_id={CLIENT_GUID}")
+        ]
+    );
+
+    let out = run(vec!["--azure-client-id", UNKNOWN_GUID])
+        .await
+        .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Identity not found") && err.contains(UNKNOWN_GUID),
+        "{err}"
+    );
+    let out = run(vec!["--azure-client-id", "kubelet"])
+        .await
+        .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--azure-client-id") && err.contains("\"kubelet\"") && err.contains("GUID"),
+        "{err}"
+    );
+    assert_eq!(fake.arm().issued.len(), 2, "bad settings never reach IMDS");
+}
+
+const RECOMMEND_SNAPSHOT: &str = "
+apiVersion: v1
+kind: Pod
+metadata: {name: web-1, namespace: shop}
+spec:
+  containers:
+  - name: app
+    image: shop/web
+    resources:
+      requests: {cpu: '2', memory: 2Gi}
+";
+
+/// A day of one-minute samples of `shop/web-1/app` ending at `end`.
+fn usage_history(end: i64) -> String {
+    use std::fmt::Write as _;
+    let start = end - 86_400;
+    let mut om = String::from("# TYPE container_cpu_usage_seconds counter\n");
+    for (i, t) in (start..=end).step_by(60).enumerate() {
+        let _ = writeln!(
+            om,
+            "container_cpu_usage_seconds_total{{namespace=\"shop\",pod=\"web-1\",container=\"app\"}} {} {t}",
+            i as f64 * 60.0 * 0.3
+        );
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for t in (start..=end).step_by(60) {
+        let _ = writeln!(
+            om,
+            "container_memory_working_set_bytes{{namespace=\"shop\",pod=\"web-1\",container=\"app\"}} {} {t}",
+            400 * 1_048_576
+        );
+    }
+    om.push_str("# EOF\n");
+    om
+}
+
+/// Azure Managed Prometheus in front of a real Prometheus: answers 401 unless the
+/// request carries a valid token the fake AAD/IMDS issued for the Prometheus audience.
+struct Gate {
+    prometheus: String,
+    fake: Arc<std::sync::Mutex<Arm>>,
+    client: reqwest::Client,
+    /// Each request's bearer token and whether it was let through.
+    seen: std::sync::Mutex<Vec<(Option<String>, bool)>>,
+}
+
+async fn gate(
+    axum::extract::State(g): axum::extract::State<Arc<Gate>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    let ok = token.as_ref().is_some_and(|t| {
+        g.fake.lock().expect("fake").issued.iter().any(|i| {
+            &i.token == t
+                && i.audience
+                    .starts_with("https://prometheus.monitor.azure.com")
+                && i.valid()
+        })
+    });
+    g.seen.lock().expect("seen").push((token, ok));
+    if !ok {
+        return (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [("content-type", "application/json")],
+            r#"{"error":{"code":"InvalidAuthenticationToken","message":"The access token is missing, invalid or expired."}}"#,
+        )
+            .into_response();
+    }
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut request = g
+        .client
+        .request(method, format!("{}{path}", g.prometheus))
+        .body(body);
+    if let Some(ct) = headers.get("content-type") {
+        request = request.header("content-type", ct);
+    }
+    let answer = request.send().await.expect("prometheus answers");
+    let status = answer.status();
+    let ct = answer
+        .headers()
+        .get("content-type")
+        .cloned()
+        .unwrap_or(axum::http::HeaderValue::from_static("application/json"));
+    let bytes = answer.bytes().await.expect("body");
+    (status, [("content-type", ct)], bytes).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recommend_reads_azure_managed_prometheus_with_an_entra_token_refreshed_before_expiry() {
+    install_crypto();
+    let end = (Timestamp::now().as_second() / 3600) * 3600 - 3600;
+    let prometheus = prometheus_server::start_prometheus(&usage_history(end)).await;
+    let fake = fake_with_identities().await;
+    let g = Arc::new(Gate {
+        prometheus: prometheus.url.clone(),
+        fake: fake.state.clone(),
+        client: reqwest::Client::new(),
+        seen: std::sync::Mutex::new(Vec::new()),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let gate_url = format!("http://{}", listener.local_addr().expect("addr"));
+    let app = axum::Router::new().fallback(gate).with_state(g.clone());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let snapshot = dir.path().join("cluster.yaml");
+    std::fs::write(&snapshot, RECOMMEND_SNAPSHOT).expect("snapshot");
+    let sa_token = dir.path().join("sa-token");
+    std::fs::write(&sa_token, SA_TOKEN_A).expect("sa token");
+    let now = Timestamp::from_second(end).expect("ts").to_string();
+    let run = |extra: Vec<String>, workload: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tailor"));
+        command
+            .args(["recommend", "--prometheus-url", &gate_url, "--snapshot"])
+            .arg(&snapshot)
+            .args(["--history", "1d", "--now", &now, "-o", "json"])
+            .args(["--azure-imds-endpoint", &fake.url])
+            .args(&extra)
+            .env_remove("AZURE_POD_IDENTITY_AUTHORITY_HOST")
+            .env_remove("TAILOR_PROMETHEUS_AZURE_AUTH");
+        if workload {
+            command
+                .env("AZURE_TENANT_ID", "tenant")
+                .env("AZURE_CLIENT_ID", "client")
+                .env("AZURE_FEDERATED_TOKEN_FILE", &sa_token)
+                .env("AZURE_AUTHORITY_HOST", &fake.url);
+        } else {
+            command
+                .env_remove("AZURE_TENANT_ID")
+                .env_remove("AZURE_CLIENT_ID")
+                .env_remove("AZURE_FEDERATED_TOKEN_FILE");
+        }
+        tokio::task::spawn_blocking(move || command.output().expect("tailor runs"))
+    };
+
+    // Without the flag the workspace refuses, and the error says where and why.
+    let out = run(vec![], true).await.expect("join");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("401") && err.contains(&gate_url) && err.contains("--prometheus-azure-auth"),
+        "{err}"
+    );
+    assert!(fake.arm().issued.is_empty());
+
+    // Workload identity with one-second tokens: the credential exchanges again before a
+    // token expires, so every query is let through with a fresh one.
+    fake.arm().token_lifetime = 1;
+    g.seen.lock().expect("seen").clear();
+    let out = run(vec!["--prometheus-azure-auth".to_string()], true)
+        .await
+        .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let recs = report["recommendations"]
+        .as_array()
+        .expect("recommendations");
+    assert_eq!(recs.len(), 1, "{report}");
+    let queries = report["summary"]["prometheusQueries"]
+        .as_u64()
+        .expect("queries") as usize;
+    let seen = g.seen.lock().expect("seen").clone();
+    assert!(seen.iter().all(|(_, ok)| *ok), "{seen:?}");
+    assert_eq!(seen.len(), queries);
+    let distinct: BTreeSet<&String> = seen.iter().filter_map(|(t, _)| t.as_ref()).collect();
+    {
+        let arm = fake.arm();
+        let prometheus_tokens: Vec<&fake_arm::Issued> =
+            arm.issued.iter().filter(|i| i.via == "workload").collect();
+        assert!(
+            prometheus_tokens
+                .iter()
+                .all(|i| i.audience == tailor::cloud::azure::auth::PROMETHEUS_SCOPE),
+            "{prometheus_tokens:?}"
+        );
+        assert!(
+            queries >= 2 && distinct.len() == queries && prometheus_tokens.len() == queries,
+            "a short-lived token is fetched again for every query: {} queries, {} tokens used, {} issued",
+            queries,
+            distinct.len(),
+            prometheus_tokens.len()
+        );
+        eprintln!(
+            "1 s workload-identity tokens: {queries} queries, {} distinct tokens used, {} exchanged",
+            distinct.len(),
+            prometheus_tokens.len()
+        );
+    }
+
+    // The user-assigned managed identity with hour-long tokens: one token serves every
+    // query.
+    fake.arm().token_lifetime = 3600;
+    fake.arm().issued.clear();
+    g.seen.lock().expect("seen").clear();
+    let out = run(
+        vec![
+            "--prometheus-azure-auth".to_string(),
+            "--azure-client-id".to_string(),
+            CLIENT_GUID.to_string(),
+        ],
+        false,
+    )
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vias: Vec<(String, String)> = fake
+        .arm()
+        .issued
+        .iter()
+        .map(|i| (i.via.clone(), i.audience.clone()))
+        .collect();
+    assert_eq!(
+        vias,
+        [(
+            format!("imds:client_id={CLIENT_GUID}"),
+            "https://prometheus.monitor.azure.com".to_string()
+        )]
+    );
+    let seen = g.seen.lock().expect("seen").clone();
+    assert!(
+        seen.len() >= 2 && seen.iter().all(|(_, ok)| *ok),
+        "{seen:?}"
+    );
+    eprintln!(
+        "1 h managed-identity token: {} queries served by 1 IMDS token",
+        seen.len()
+    );
+
+    // An identity that cannot get a token: a clear error, no query sent.
+    g.seen.lock().expect("seen").clear();
+    let out = run(
+        vec![
+            "--prometheus-azure-auth".to_string(),
+            "--azure-client-id".to_string(),
+            UNKNOWN_GUID.to_string(),
+        ],
+        false,
+    )
+    .await
+    .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Identity not found")
+            && err.contains(UNKNOWN_GUID)
+            && err.contains("prometheus.monitor.azure.com"),
+        "{err}"
+    );
+    assert!(g.seen.lock().expect("seen").is_empty());
+
+    // Other Prometheus auth alongside is refused, naming both flags.
+    let out = run(
+        vec![
+            "--prometheus-azure-auth".to_string(),
+            "--prometheus-bearer-token-file".to_string(),
+            sa_token.display().to_string(),
+        ],
+        true,
+    )
+    .await
+    .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--prometheus-azure-auth") && err.contains("--prometheus-bearer-token-file"),
+        "{err}"
+    );
+    let out = run(
+        vec![
+            "--prometheus-azure-auth".to_string(),
+            "--prometheus-header".to_string(),
+            "Authorization=Bearer x".to_string(),
+        ],
+        true,
+    )
+    .await
+    .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Authorization header"), "{err}");
+    let out = run(
+        vec![
+            "--prometheus-azure-auth".to_string(),
+            "--prometheus-azure-scope".to_string(),
+            "prometheus.monitor.azure.com".to_string(),
+        ],
+        true,
+    )
+    .await
+    .expect("join");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--prometheus-azure-scope")
+            && err.contains("\"prometheus.monitor.azure.com\""),
+        "{err}"
+    );
+    server.abort();
 }

@@ -1,7 +1,9 @@
 //! `tailor run --cloud azure` end to end: a real control plane, the agent as a process
 //! talking to the fake ARM through the real Azure crates, and the fake registering a
 //! KWOK-style Node (run by the control plane's kubelet stand-in) for every VM it creates,
-//! as the VM's kubelet would from its custom data.
+//! as the VM's kubelet would from its custom data. A Spot VM evicted by Azure (eviction
+//! policy Delete: the VM disappears from ARM) has its NodeClaim deleted by garbage
+//! collection, and its pods are provisioned again.
 
 #[path = "support/control_plane.rs"]
 #[allow(dead_code)] // shared with tests/agent.rs, which uses all of it
@@ -19,6 +21,7 @@ use fake_arm::{Arm, FakeArm};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
+use tailor::apis::NodeClaim;
 use tailor::cloud::azure::bootstrap;
 
 const POOL: &str = r#"
@@ -34,7 +37,7 @@ spec:
   template:
     spec:
       requirements:
-      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      - {key: tailor.sh/capacity-type, operator: In, values: [spot, on-demand]}
       nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
   limits: {cpu: "100"}
   disruption: {consolidateAfter: 10m}
@@ -197,6 +200,8 @@ async fn tailor_run_with_the_azure_cloud_provisions_pending_pods_end_to_end() {
             "abcdef.0123456789abcdef",
             "--azure-poll-interval",
             "100ms",
+            "--gc-interval",
+            "2s",
         ],
         &[
             ("AZURE_TENANT_ID", "tenant"),
@@ -222,34 +227,117 @@ async fn tailor_run_with_the_azure_cloud_provisions_pending_pods_end_to_end() {
     )
     .await;
     let live = list(&nodes).await;
-    let arm = fake.arm();
-    assert!(!arm.vms.is_empty(), "the agent created VMs through ARM");
-    for pod in &running {
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .expect("bound");
-        let n = live
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
-            .expect("node");
-        let pid = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.clone())
-            .unwrap_or_default();
+    let (evicted, vms_before) = {
+        let arm = fake.arm();
+        assert!(!arm.vms.is_empty(), "the agent created VMs through ARM");
+        for pod in &running {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .expect("bound");
+            let n = live
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+                .expect("node");
+            let pid = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.clone())
+                .unwrap_or_default();
+            assert!(
+                pid.starts_with(&format!(
+                    "azure:///subscriptions/{sub}/resourceGroups/mc_rg_e2e_eastus/"
+                )),
+                "{pid}"
+            );
+            assert!(arm.vms.contains_key(&node), "{node} is a VM");
+        }
         assert!(
-            pid.starts_with(&format!(
-                "azure:///subscriptions/{sub}/resourceGroups/mc_rg_e2e_eastus/"
-            )),
-            "{pid}"
+            arm.count("GET", "/api/retail/prices") > 0,
+            "live prices read"
         );
-        assert!(arm.vms.contains_key(&node), "{node} is a VM");
+        // Spot is the cheapest offering the pool allows, and Karpenter's spot settings are sent.
+        let (evicted, vm) = arm
+            .vms
+            .iter()
+            .next()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .expect("a VM");
+        assert_eq!(
+            (
+                vm.pointer("/properties/priority").and_then(Value::as_str),
+                vm.pointer("/properties/evictionPolicy")
+                    .and_then(Value::as_str)
+            ),
+            (Some("Spot"), Some("Delete")),
+            "{vm}"
+        );
+        (evicted, arm.vms.len())
+    };
+
+    // Azure evicts the Spot VM: with eviction policy Delete the VM and its NIC are gone
+    // from ARM, without any call from Tailor.
+    {
+        let mut arm = fake.arm();
+        arm.vms.remove(&evicted);
+        arm.nics.remove(&evicted);
     }
+    let claims: Api<NodeClaim> = Api::all(cp.client.clone());
+    let claim_of = |c: &NodeClaim| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|p| {
+                p.to_ascii_lowercase().ends_with(&format!(
+                    "/virtualmachines/{}",
+                    evicted.to_ascii_lowercase()
+                ))
+            })
+    };
     assert!(
-        arm.count("GET", "/api/retail/prices") > 0,
-        "live prices read"
+        list(&claims).await.iter().any(claim_of),
+        "a NodeClaim owns the evicted VM"
+    );
+    eventually(
+        Duration::from_secs(120),
+        "the evicted VM's NodeClaim and Node deleted",
+        || async {
+            let gone_claim = !list(&claims).await.iter().any(claim_of);
+            let gone_node = !list(&nodes)
+                .await
+                .iter()
+                .any(|n| n.metadata.name.as_deref() == Some(evicted.as_str()));
+            (gone_claim && gone_node).then_some(())
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(180),
+        "6 pods Running again, none on the evicted VM",
+        || async {
+            let listed = list(&pods).await;
+            let arm = fake.arm();
+            let running = listed
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| n != evicted && arm.vms.contains_key(n))
+                })
+                .count();
+            (running == 6).then_some(())
+        },
+    )
+    .await;
+    let arm = fake.arm();
+    eprintln!(
+        "spot eviction: {} VMs before, {} after; {} VM PUTs in all",
+        vms_before,
+        arm.vms.len(),
+        arm.vm_puts().len()
     );
     drop(arm);
     drop(agent);

@@ -330,3 +330,29 @@ fn bad_values_fail_with_a_message_naming_the_value() {
         "{err}"
     );
 }
+
+#[test]
+fn a_user_assigned_managed_identity_reaches_the_agent_and_excludes_workload_identity() {
+    let values = "settings:\n  clusterName: prod\nmanagedIdentity:\n  clientId: 7c9f2a4e-1b3d-4e5f-8a6b-0c1d2e3f4a5b\n";
+    let objects = render("tailor", values).expect("renders");
+    let deployment = kind(&objects, "Deployment")[0];
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .expect("env");
+    let client = env
+        .iter()
+        .find(|v| v["name"] == "AZURE_CLIENT_ID")
+        .expect("AZURE_CLIENT_ID set");
+    assert_eq!(client["value"], "7c9f2a4e-1b3d-4e5f-8a6b-0c1d2e3f4a5b");
+    let help = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args(["run", "--help"])
+        .output()
+        .expect("tailor runs");
+    assert!(String::from_utf8_lossy(&help.stdout).contains("[env: AZURE_CLIENT_ID"));
+    let both = format!("{values}workloadIdentity:\n  enabled: true\n  clientId: x\n");
+    let err = render("tailor", &both).expect_err("refused");
+    assert!(
+        err.contains("managedIdentity.clientId") && err.contains("workloadIdentity.enabled"),
+        "{err}"
+    );
+}

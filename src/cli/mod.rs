@@ -247,6 +247,25 @@ pub struct AzureArgs {
         default_value = crate::cloud::azure::DEFAULT_PRICES_ENDPOINT
     )]
     pub azure_prices_endpoint: String,
+
+    /// Client ID of the identity: workload identity's application when
+    /// AZURE_FEDERATED_TOKEN_FILE is set, otherwise the user-assigned managed identity to
+    /// use (without it and the two flags below, the system-assigned one).
+    #[arg(long, env = "AZURE_CLIENT_ID")]
+    pub azure_client_id: Option<String>,
+
+    /// Object (principal) ID of the user-assigned managed identity to use.
+    #[arg(long, env = "TAILOR_AZURE_MANAGED_IDENTITY_OBJECT_ID")]
+    pub azure_managed_identity_object_id: Option<String>,
+
+    /// ARM resource ID of the user-assigned managed identity to use.
+    #[arg(long, env = "TAILOR_AZURE_MANAGED_IDENTITY_RESOURCE_ID")]
+    pub azure_managed_identity_resource_id: Option<String>,
+
+    /// Instance Metadata Service base URL for managed-identity tokens (default
+    /// http://169.254.169.254, or AZURE_POD_IDENTITY_AUTHORITY_HOST when set).
+    #[arg(long, env = "TAILOR_AZURE_IMDS_ENDPOINT")]
+    pub azure_imds_endpoint: Option<String>,
 }
 
 impl AzureArgs {
@@ -275,11 +294,28 @@ impl AzureArgs {
         ))
     }
 
-    /// The credential the environment describes (workload identity or managed identity).
+    /// Which credential the flags and environment select: workload identity when the
+    /// webhook's variables are set, else the managed identity (user-assigned when named).
+    pub fn auth_settings(&self) -> Result<crate::cloud::azure::auth::AuthSettings> {
+        let env = |k: &str| std::env::var(k).ok();
+        crate::cloud::azure::auth::AuthSettings::select(crate::cloud::azure::auth::IdentityChoice {
+            tenant_id: env("AZURE_TENANT_ID"),
+            client_id: self.azure_client_id.clone(),
+            federated_token_file: env("AZURE_FEDERATED_TOKEN_FILE"),
+            authority_host: env("AZURE_AUTHORITY_HOST"),
+            object_id: self.azure_managed_identity_object_id.clone(),
+            resource_id: self.azure_managed_identity_resource_id.clone(),
+            imds_endpoint: self
+                .azure_imds_endpoint
+                .clone()
+                .or_else(|| env("AZURE_POD_IDENTITY_AUTHORITY_HOST")),
+        })
+        .map_err(CliError::Input)
+    }
+
+    /// The credential [`AzureArgs::auth_settings`] selects.
     pub fn credential(&self) -> Result<std::sync::Arc<dyn azure_core::auth::TokenCredential>> {
-        crate::cloud::azure::auth::AuthSettings::from_env(|k| std::env::var(k).ok())
-            .credential()
-            .map_err(CliError::Input)
+        self.auth_settings()?.credential().map_err(CliError::Input)
     }
 
     /// Reads the live catalog of `region`.

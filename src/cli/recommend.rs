@@ -64,6 +64,30 @@ pub struct RecommendArgs {
     )]
     pub prometheus_basic_auth_password_file: Option<PathBuf>,
 
+    /// Azure Managed Prometheus: send an Entra ID token from the Azure credential
+    /// (workload identity, else the managed identity: see --azure-client-id) as the
+    /// bearer token, exchanged again before it expires. The identity needs the
+    /// Monitoring Data Reader role on the Azure Monitor workspace.
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_AZURE_AUTH",
+        conflicts_with_all = [
+            "prometheus_bearer_token_file",
+            "prometheus_basic_auth_user",
+            "prometheus_basic_auth_password_file",
+        ]
+    )]
+    pub prometheus_azure_auth: bool,
+
+    /// Token scope of `--prometheus-azure-auth` (another cloud's, e.g.
+    /// `https://prometheus.monitor.azure.us/.default`).
+    #[arg(
+        long,
+        env = "TAILOR_PROMETHEUS_AZURE_SCOPE",
+        default_value = crate::cloud::azure::auth::PROMETHEUS_SCOPE
+    )]
+    pub prometheus_azure_scope: String,
+
     /// Label naming the namespace on the container series (`kubernetes_namespace` where
     /// cadvisor is scraped with the older relabelling).
     #[arg(
@@ -403,6 +427,21 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
     settings.bearer_token_file = args.prometheus_bearer_token_file.clone();
     settings.ca_file = args.prometheus_ca_file.clone();
     settings.headers = headers;
+    if args.prometheus_azure_auth {
+        let scope = &args.prometheus_azure_scope;
+        let valid = reqwest::Url::parse(scope).is_ok_and(|u| u.scheme() == "https")
+            && scope.ends_with("/.default");
+        if !valid {
+            return Err(CliError::InvalidFlag {
+                flag: "--prometheus-azure-scope",
+                reason: format!("{scope:?} is not an https://HOST/.default scope"),
+            });
+        }
+        settings.azure_auth = Some(crate::usage::prometheus::AzureAuth {
+            credential: args.source.azure.credential()?,
+            scope: scope.clone(),
+        });
+    }
     if let (Some(user), Some(file)) = (
         &args.prometheus_basic_auth_user,
         &args.prometheus_basic_auth_password_file,

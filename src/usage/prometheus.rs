@@ -76,6 +76,9 @@ pub struct PrometheusSettings {
     pub basic_auth: Option<(String, String)>,
     /// Extra headers (e.g. `X-Scope-OrgID` for Mimir).
     pub headers: Vec<(String, String)>,
+    /// An AAD credential whose token is sent as the bearer token (Azure Managed
+    /// Prometheus). It is asked before every request and refreshes before expiry.
+    pub azure_auth: Option<AzureAuth>,
     /// PEM file of a CA to trust in addition to the system roots.
     pub ca_file: Option<PathBuf>,
     /// Per-request timeout.
@@ -105,6 +108,7 @@ impl PrometheusSettings {
             bearer_token_file: None,
             basic_auth: None,
             headers: Vec::new(),
+            azure_auth: None,
             ca_file: None,
             timeout: Duration::from_secs(30),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
@@ -116,6 +120,30 @@ impl PrometheusSettings {
             labels: LabelNames::default(),
         }
     }
+}
+
+/// Bearer tokens from an Azure credential (workload or managed identity) for `scope`.
+#[derive(Debug, Clone)]
+pub struct AzureAuth {
+    /// The credential; it caches tokens and exchanges again shortly before they expire.
+    pub credential: Arc<dyn azure_core::auth::TokenCredential>,
+    /// The token scope, `https://prometheus.monitor.azure.com/.default` in the public cloud.
+    pub scope: String,
+}
+
+/// An error and its causes, one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 /// Which series a query reads.
@@ -278,6 +306,28 @@ impl PrometheusSource {
     pub fn new(settings: PrometheusSettings) -> Result<Self, UsageError> {
         crate::telemetry::install_tls_provider();
         let mut headers = HeaderMap::new();
+        if let Some(azure) = &settings.azure_auth {
+            let other = if settings.bearer_token_file.is_some() {
+                Some("a bearer token file")
+            } else if settings.basic_auth.is_some() {
+                Some("basic auth")
+            } else if settings
+                .headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+            {
+                Some("an Authorization header")
+            } else {
+                None
+            };
+            if let Some(other) = other {
+                return Err(settings_error(format!(
+                    "Azure auth (token for {}) and {other} both set the Authorization header: \
+                     use one",
+                    azure.scope
+                )));
+            }
+        }
         if let Some(file) = &settings.bearer_token_file {
             let token = std::fs::read_to_string(file).map_err(|e| {
                 settings_error(format!("bearer token file {}: {e}", file.display()))
@@ -532,19 +582,38 @@ impl PrometheusSource {
                 message,
             })
         };
-        let mut response = self
-            .http
-            .post(&url)
-            .form(form)
-            .send()
-            .await
-            .map_err(transport)?;
+        let mut request = self.http.post(&url).form(form);
+        if let Some(azure) = &self.settings.azure_auth {
+            // The credential answers from its cache, or exchanges again near expiry.
+            let token = azure
+                .credential
+                .get_token(&[azure.scope.as_str()])
+                .await
+                .map_err(|e| {
+                    final_error(format!(
+                        "no Azure token for {} to query {url}: {}",
+                        azure.scope,
+                        error_chain(&e)
+                    ))
+                })?;
+            request = request.bearer_auth(token.token.secret());
+        }
+        let mut response = request.send().await.map_err(transport)?;
         let status = response.status();
         if matches!(status.as_u16(), 401 | 403) {
             // Credentials do not get better by retrying.
-            return Err(final_error(format!(
-                "HTTP {status} from {url}: check the bearer token or basic auth settings"
-            )));
+            let hint = match &self.settings.azure_auth {
+                Some(azure) => format!(
+                    "the Azure token for {} was refused: the identity needs the Monitoring \
+                     Data Reader role on the Azure Monitor workspace",
+                    azure.scope
+                ),
+                None => "check the bearer token, basic auth or Azure auth settings \
+                         (--prometheus-bearer-token-file, --prometheus-basic-auth-user, \
+                         --prometheus-azure-auth)"
+                    .to_string(),
+            };
+            return Err(final_error(format!("HTTP {status} from {url}: {hint}")));
         }
         let html = response
             .headers()

@@ -6,7 +6,8 @@
 //! long-running-operation protocol as Compute does (PUT VM → 201 + `Azure-AsyncOperation`;
 //! DELETE → 202 + `Location` and `Azure-AsyncOperation`; NIC DELETE → 202 + `Location`),
 //! pages VM and NIC lists, Resource SKUs and Retail Prices with links on its own base
-//! URL, issues AAD tokens for workload identity, and injects faults on demand.
+//! URL, issues AAD tokens for workload identity and IMDS tokens for managed identities,
+//! and injects faults on demand.
 
 #![allow(dead_code)]
 
@@ -102,6 +103,39 @@ pub struct Logged {
     pub status: u16,
 }
 
+/// A token the fake issued, by AAD (workload identity) or IMDS (managed identity).
+#[derive(Debug, Clone)]
+pub struct Issued {
+    /// The access token (`fake-token-N`).
+    pub token: String,
+    /// The v2 scope (AAD) or v1 resource (IMDS) it was issued for.
+    pub audience: String,
+    /// Who asked: `workload`, `imds:system`, or `imds:client_id=...` and the like.
+    pub via: String,
+    /// When it was issued.
+    pub at: Instant,
+    /// Its lifetime in seconds.
+    pub lifetime: u64,
+}
+
+impl Issued {
+    /// Whether the token is still valid now.
+    pub fn valid(&self) -> bool {
+        self.at.elapsed() < Duration::from_secs(self.lifetime)
+    }
+}
+
+/// A user-assigned managed identity attached to the fake's VM, as IMDS knows it.
+#[derive(Debug, Clone)]
+pub struct UserIdentity {
+    /// Client (application) ID.
+    pub client_id: String,
+    /// Object (principal) ID.
+    pub object_id: String,
+    /// ARM resource ID.
+    pub resource_id: String,
+}
+
 /// What an operation changes when it ends.
 #[derive(Debug, Clone)]
 pub enum OpTarget {
@@ -158,6 +192,12 @@ pub struct Arm {
     pub token_lifetime: u64,
     /// Client assertions presented to the token endpoint, in order.
     pub assertions: Vec<String>,
+    /// Every token issued, by either endpoint, in order.
+    pub issued: Vec<Issued>,
+    /// Whether IMDS issues tokens for a system-assigned identity.
+    pub imds_system_assigned: bool,
+    /// User-assigned identities IMDS issues tokens for.
+    pub imds_user_assigned: Vec<UserIdentity>,
     /// Called with each VM whose create operation succeeded, and the custom data it was
     /// created with (base64), as a booting VM would use it.
     pub on_vm_created: Option<VmCreated>,
@@ -184,6 +224,9 @@ impl Default for Arm {
             prices: default_prices(),
             token_lifetime: 3600,
             assertions: Vec::new(),
+            issued: Vec::new(),
+            imds_system_assigned: true,
+            imds_user_assigned: Vec::new(),
             on_vm_created: None,
             custom_data: BTreeMap::new(),
             on_vm_deleted: None,
@@ -413,6 +456,8 @@ async fn handle(
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let kind = if path.ends_with("/oauth2/v2.0/token") {
         "token"
+    } else if path == "/metadata/identity/oauth2/token" {
+        "imds"
     } else if path.starts_with("/api/retail/prices") {
         "prices"
     } else if path.contains("/operations/") || path.contains("/operationResults/") {
@@ -443,6 +488,8 @@ async fn handle(
         (*status, body.clone(), headers.clone())
     } else if kind == "token" {
         token(&mut arm, &body)
+    } else if kind == "imds" {
+        imds(&mut arm, method.as_str(), &query, &headers)
     } else if kind == "prices" {
         prices(&arm, &query)
     } else if !headers
@@ -521,14 +568,103 @@ fn token(arm: &mut Arm, body: &Bytes) -> (u16, Value, Vec<(String, String)>) {
         return (400, json!({"error": "invalid_request"}), Vec::new());
     }
     arm.assertions.push(assertion.clone());
-    let n = arm.assertions.len();
+    let token = issue(
+        arm,
+        form.get("scope").cloned().unwrap_or_default(),
+        "workload".to_string(),
+    );
     (
         200,
         json!({
             "token_type": "Bearer",
             "expires_in": arm.token_lifetime,
             "ext_expires_in": arm.token_lifetime,
-            "access_token": format!("fake-token-{n}"),
+            "access_token": token,
+        }),
+        Vec::new(),
+    )
+}
+
+/// Records and returns a new token for `audience`.
+fn issue(arm: &mut Arm, audience: String, via: String) -> String {
+    let token = format!("fake-token-{}", arm.issued.len() + 1);
+    arm.issued.push(Issued {
+        token: token.clone(),
+        audience,
+        via,
+        at: Instant::now(),
+        lifetime: arm.token_lifetime,
+    });
+    token
+}
+
+/// The Instance Metadata Service's token API (api-version 2018-02-01), as a VM's IMDS
+/// answers: the `Metadata: true` header is required, `resource` names the audience, and
+/// `client_id`, `object_id` or `msi_res_id` pick a user-assigned identity; an identity
+/// the VM does not have is `400 invalid_request: Identity not found`. Expiries are
+/// strings, as IMDS sends them.
+fn imds(
+    arm: &mut Arm,
+    method: &str,
+    query: &str,
+    headers: &HeaderMap,
+) -> (u16, Value, Vec<(String, String)>) {
+    let bad = |description: &str| {
+        (
+            400,
+            json!({"error": "invalid_request", "error_description": description}),
+            Vec::new(),
+        )
+    };
+    if method != "GET" {
+        return (405, json!({"error": "Method not allowed"}), Vec::new());
+    }
+    if headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
+        return bad("Required metadata header not specified");
+    }
+    let q = url_pairs(query);
+    if q.get("api-version").map(String::as_str) != Some("2018-02-01") {
+        return bad("Invalid or missing api-version");
+    }
+    let Some(resource) = q.get("resource").filter(|r| !r.is_empty()).cloned() else {
+        return bad("Required query variable 'resource' is missing");
+    };
+    let picked: Vec<(&str, &String)> = ["client_id", "object_id", "msi_res_id"]
+        .into_iter()
+        .filter_map(|k| q.get(k).map(|v| (k, v)))
+        .collect();
+    let via = match picked.as_slice() {
+        [] if arm.imds_system_assigned => "imds:system".to_string(),
+        [] => return bad("Identity not found"),
+        [(k, v)] => {
+            let known = arm.imds_user_assigned.iter().any(|u| match *k {
+                "client_id" => u.client_id.eq_ignore_ascii_case(v),
+                "object_id" => u.object_id.eq_ignore_ascii_case(v),
+                _ => u.resource_id.eq_ignore_ascii_case(v),
+            });
+            if !known {
+                return bad("Identity not found");
+            }
+            format!("imds:{k}={v}")
+        }
+        _ => return bad("Only one of client_id, object_id or msi_res_id may be given"),
+    };
+    let token = issue(arm, resource.clone(), via);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    (
+        200,
+        json!({
+            "access_token": token,
+            "client_id": "fake",
+            "expires_in": arm.token_lifetime.to_string(),
+            "expires_on": (now + arm.token_lifetime).to_string(),
+            "ext_expires_in": arm.token_lifetime.to_string(),
+            "not_before": now.to_string(),
+            "resource": resource,
+            "token_type": "Bearer",
         }),
         Vec::new(),
     )
