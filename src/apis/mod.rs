@@ -42,7 +42,7 @@ pub use nodepool::{
 };
 pub use recommendation::{
     ContainerRecommendation, ContainerResources, Recommendation, RecommendationSpec,
-    RecommendationStatus, TargetReference,
+    RecommendationStatus, RecommendationSummary, TargetReference,
 };
 pub use rightsizingpolicy::{
     CpuPolicy, HpaPolicy, LimitsPolicy, MemoryPolicy, Mode, ResourceKind, RightsizingPolicy,
