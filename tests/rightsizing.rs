@@ -615,7 +615,10 @@ spec:
 "#;
 
 /// Requests of a pod's first container in spec and in status, and its restarts.
-fn pod_resources(p: &Pod) -> (BTreeMap<String, String>, BTreeMap<String, String>, i32) {
+type PodResources = (BTreeMap<String, String>, BTreeMap<String, String>, i32);
+
+/// Requests of a pod's first container in spec and in status, and its restarts.
+fn pod_resources(p: &Pod) -> PodResources {
     let q =
         |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
             m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
@@ -647,13 +650,7 @@ async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa
     cp.apply_yaml(HPA_ON_CPU).await;
     cp.apply_yaml(AUTO_IN_PLACE).await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
-    let before: BTreeMap<
-        String,
-        (
-            Option<String>,
-            (BTreeMap<String, String>, BTreeMap<String, String>, i32),
-        ),
-    > = list(&pods)
+    let before: BTreeMap<String, (Option<String>, PodResources)> = list(&pods)
         .await
         .iter()
         .map(|p| (p.name_any(), (p.uid(), pod_resources(p))))

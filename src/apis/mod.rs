@@ -343,7 +343,18 @@ mod tests {
             (
                 "Recommendation",
                 "rec",
-                &["Kind", "Target", "Savings", "Ready", "Age"],
+                &[
+                    "Workload",
+                    "Containers",
+                    "CPU",
+                    "Memory",
+                    "$/Month",
+                    "Confidence",
+                    "Mode",
+                    "Ready",
+                    "Stale",
+                    "Age",
+                ],
             ),
         ];
         for (kind, short, columns) in expected {

@@ -53,7 +53,7 @@ pub enum Governance {
         /// The policy object, when one selects the workload.
         source: Option<PolicyRef>,
         /// Its parameters.
-        policy: Policy,
+        policy: Box<Policy>,
     },
     /// The policy that would govern the workload cannot be used: nothing is recommended or
     /// applied under it.
@@ -129,7 +129,7 @@ impl Candidate {
         match (&self.selector, &self.policy) {
             (Ok(_), Ok(policy)) => Governance::Governed {
                 source: Some(self.reference.clone()),
-                policy: policy.clone(),
+                policy: Box::new(policy.clone()),
             },
             (Err(e), _) | (_, Err(e)) => Governance::Held {
                 source: self.reference.clone(),
@@ -205,7 +205,7 @@ impl Policies {
             Some(c) if c.selector.is_err() => c.governance(),
             _ => Governance::Governed {
                 source: None,
-                policy: self.fallback.clone(),
+                policy: Box::new(self.fallback.clone()),
             },
         }
     }
@@ -458,7 +458,7 @@ pub async fn recommend_workloads<S: UsageSource>(
     };
     for w in workloads.templates.keys().filter(|w| in_scope(w)) {
         let policy = match policies.govern(w, labels.get(w).unwrap_or(&no_labels)) {
-            Governance::Governed { source, policy } => (source, policy),
+            Governance::Governed { source, policy } => (source, *policy),
             Governance::Held { source, error } => {
                 outcome.held.push((w.clone(), source, error));
                 continue;
@@ -633,4 +633,110 @@ pub async fn recommend_workloads<S: UsageSource>(
     outcome.without_usage = without_usage;
     outcome.unmatched = unmatched.len() + extra_unmatched;
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policies(yaml: &str, global: Mode) -> Policies {
+        let list: Vec<RightsizingPolicy> = serde_yaml::Deserializer::from_str(yaml)
+            .map(|d| serde::Deserialize::deserialize(d).expect("policy"))
+            .collect();
+        Policies::new(&list, Some("tailor"), global)
+    }
+
+    fn workload(ns: &str, name: &str) -> Workload {
+        Workload {
+            namespace: ns.to_string(),
+            kind: "Deployment".to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn labels(app: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([("app".to_string(), app.to_string())])
+    }
+
+    const POLICIES: &str = "
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: default, namespace: tailor}
+spec: {mode: Recommend}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: web, namespace: shop}
+spec: {selector: {matchLabels: {app: web}}, mode: Auto}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: tight, namespace: shop}
+spec:
+  targetRefs: [{kind: Deployment, name: cart}]
+  memory: {min: 2Gi, max: 1Gi}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: broken, namespace: batch}
+spec:
+  selector: {matchExpressions: [{key: app, operator: Sometimes, values: [x]}]}
+";
+
+    fn source(g: &Governance) -> String {
+        match g {
+            Governance::Governed { source, policy } => format!(
+                "{}:{:?}",
+                source
+                    .as_ref()
+                    .map_or("built-in".to_string(), |s| s.to_string()),
+                policy.mode
+            ),
+            Governance::Held { source, error } => format!("held by {source}: {error}"),
+        }
+    }
+
+    #[test]
+    fn a_policy_of_the_namespace_that_selects_the_workload_wins_over_the_cluster_default() {
+        let p = policies(POLICIES, Mode::Auto);
+        assert_eq!(
+            source(&p.govern(&workload("shop", "web"), &labels("web"))),
+            "shop/web:Auto"
+        );
+        // Selected by nothing of its namespace: the cluster default, whose mode wins over
+        // the global one.
+        assert_eq!(
+            source(&p.govern(&workload("shop", "search"), &labels("search"))),
+            "tailor/default:Recommend"
+        );
+        // No policy at all: the built-in defaults in the global mode.
+        let none = policies("", Mode::Auto);
+        assert_eq!(
+            source(&none.govern(&workload("shop", "web"), &labels("web"))),
+            "built-in:Auto"
+        );
+    }
+
+    #[test]
+    fn a_policy_with_min_above_max_or_a_selector_that_cannot_parse_holds_its_workloads() {
+        let p = policies(POLICIES, Mode::Auto);
+        let cart = source(&p.govern(&workload("shop", "cart"), &labels("cart")));
+        assert!(
+            cart.starts_with("held by shop/tight: ") && cart.contains("spec.memory.min"),
+            "{cart}"
+        );
+        let job = source(&p.govern(&workload("batch", "job"), &labels("job")));
+        assert!(
+            job.starts_with("held by batch/broken: spec.selector") && job.contains("Sometimes"),
+            "{job}"
+        );
+        let problems: BTreeMap<String, Option<String>> = p
+            .problems()
+            .into_iter()
+            .map(|(r, e)| (r.to_string(), e))
+            .collect();
+        assert!(problems["shop/web"].is_none());
+        assert!(problems["shop/tight"].is_some());
+        assert!(problems["batch/broken"].is_some());
+    }
 }
