@@ -710,7 +710,7 @@ spec:
             "tailor/default:Recommend"
         );
         // No policy at all: the built-in defaults in the global mode.
-        let none = policies("", Mode::Auto);
+        let none = Policies::new(&[], Some("tailor"), Mode::Auto);
         assert_eq!(
             source(&none.govern(&workload("shop", "web"), &labels("web"))),
             "built-in:Auto"
