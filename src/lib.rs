@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod actuation;
 pub mod apis;
 pub mod catalog;
 pub mod cli;

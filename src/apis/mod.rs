@@ -42,7 +42,7 @@ pub use nodepool::{
 };
 pub use recommendation::{
     ContainerRecommendation, ContainerResources, Recommendation, RecommendationSpec,
-    RecommendationStatus, TargetReference,
+    RecommendationStatus, RecommendationSummary, TargetReference,
 };
 pub use rightsizingpolicy::{
     CpuPolicy, HpaPolicy, LimitsPolicy, MemoryPolicy, Mode, ResourceKind, RightsizingPolicy,
@@ -343,7 +343,18 @@ mod tests {
             (
                 "Recommendation",
                 "rec",
-                &["Kind", "Target", "Savings", "Ready", "Age"],
+                &[
+                    "Workload",
+                    "Containers",
+                    "CPU",
+                    "Memory",
+                    "$/Month",
+                    "Confidence",
+                    "Mode",
+                    "Ready",
+                    "Stale",
+                    "Age",
+                ],
             ),
         ];
         for (kind, short, columns) in expected {

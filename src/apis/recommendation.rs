@@ -20,6 +20,11 @@ pub mod condition {
     pub const READY: &str = "Ready";
     /// The recommended requests are in effect on the workload's pods.
     pub const APPLIED: &str = "Applied";
+    /// The recommendation may be acted on in `Auto` mode: enough history, fresh usage.
+    pub const ACTIONABLE: &str = "Actionable";
+    /// The usage behind the recommendation could not be refreshed (Prometheus unreachable,
+    /// failing or behind): it is shown as last computed and nothing is changed for it.
+    pub const STALE: &str = "Stale";
 }
 
 /// Condition reasons Tailor writes on Recommendations.
@@ -39,6 +44,18 @@ pub mod reason {
     pub const APPLIED: &str = "Applied";
     /// Applying failed; the message says why.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// No usage of the workload's containers was found in the history.
+    pub const NO_USAGE: &str = "NoUsage";
+    /// Usage samples cover too little of the history (gaps): shown, not acted on.
+    pub const PARTIAL_DATA: &str = "PartialData";
+    /// The last read of usage succeeded and its newest sample is recent.
+    pub const FRESH: &str = "UsageFresh";
+    /// Prometheus could not be reached or failed a query.
+    pub const USAGE_UNAVAILABLE: &str = "UsageUnavailable";
+    /// The newest usage sample is older than the staleness threshold.
+    pub const USAGE_TOO_OLD: &str = "UsageTooOld";
+    /// The recommendation may be applied in `Auto` mode.
+    pub const ACTIONABLE: &str = "Actionable";
 }
 
 /// The workload a Recommendation is for.
@@ -73,18 +90,49 @@ pub struct TargetReference {
     shortname = "rec",
     category = "tailor",
     doc = "Tailor's current right-sizing advice for one workload: per container the current, recommended, lower and upper requests, the confidence and reasons, and what the change does to cost. Written by Tailor; read it, do not edit it.",
-    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.targetRef.kind"),
-    printcolumn(name = "Target", type_ = "string", json_path = ".spec.targetRef.name"),
     printcolumn(
-        name = "Savings",
-        type_ = "number",
-        json_path = ".status.monthlySavings",
-        description = "Estimated USD per month saved by applying the recommendation"
+        name = "Workload",
+        type_ = "string",
+        json_path = ".status.summary.workload"
     ),
+    printcolumn(
+        name = "Containers",
+        type_ = "integer",
+        json_path = ".status.summary.containers"
+    ),
+    printcolumn(
+        name = "CPU",
+        type_ = "string",
+        json_path = ".status.summary.cpu",
+        description = "CPU requests of all containers, current -> recommended"
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.summary.memory",
+        description = "Memory requests of all containers, current -> recommended"
+    ),
+    printcolumn(
+        name = "$/Month",
+        type_ = "number",
+        json_path = ".status.summary.monthlyCostDelta",
+        description = "USD per month the recommendation adds (negative: saves) over all replicas' requests"
+    ),
+    printcolumn(
+        name = "Confidence",
+        type_ = "number",
+        json_path = ".status.summary.confidence"
+    ),
+    printcolumn(name = "Mode", type_ = "string", json_path = ".status.mode"),
     printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Stale",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Stale\")].status"
     ),
     printcolumn(
         name = "Age",
@@ -154,6 +202,24 @@ pub struct ContainerRecommendation {
     pub monthly_cost_delta: f64,
 }
 
+/// The whole workload in one line, for `kubectl get recommendations`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationSummary {
+    /// `Kind/name` of the workload.
+    pub workload: String,
+    /// Containers with a recommendation.
+    pub containers: i32,
+    /// Sum of the containers' CPU requests, current -> recommended (`2 -> 350m`).
+    pub cpu: String,
+    /// Sum of the containers' memory requests, current -> recommended (`4Gi -> 1200Mi`).
+    pub memory: String,
+    /// USD per month the recommendation adds (negative: saves), per container summed.
+    pub monthly_cost_delta: f64,
+    /// The lowest confidence of the containers (0 to 1).
+    pub confidence: f64,
+}
+
 /// Tailor's recommendation and its effect.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -173,10 +239,24 @@ pub struct RecommendationStatus {
     /// When the recommendation was last computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
-    /// Ready, Applied.
+    /// Ready, Actionable, Stale, Applied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The mode that governs the workload: `Recommend` or `Auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The workload in one line, for printer columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<RecommendationSummary>,
+    /// Unix second up to which usage has been read into the checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_read_until: Option<i64>,
+    /// The recommender's histograms for this workload (JSON, opaque), so a restarted or
+    /// new leader continues them instead of reading the whole history again. Written by
+    /// Tailor; do not edit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 impl RecommendationStatus {

@@ -9,14 +9,15 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{CatalogSourceArgs, CliError, ClusterSourceArgs, Result};
+use crate::apis::Mode;
 use crate::model::quantity::{self, format_milli, format_value};
 use crate::report::Table;
-use crate::rightsizing::{Context, Policy, Prices, Requests, recommend};
-use crate::state::{PendingPods, Snapshot, cluster};
-use crate::usage::pool::{Checkpoint, HourUsage, Pool};
+use crate::rightsizing::service::{Policies, Request, Resume, recommend_workloads};
+use crate::rightsizing::{Prices, Requests};
+use crate::state::{PendingPods, cluster};
+use crate::usage::pool::{Checkpoint, HourUsage};
 use crate::usage::prometheus::{LabelNames, PrometheusSettings, PrometheusSource};
-use crate::usage::workloads::{Workload, Workloads};
-use crate::usage::{UsageQuery, UsageSource};
+use crate::usage::workloads::Workloads;
 
 /// Output formats of `tailor recommend`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -43,6 +44,61 @@ pub struct RecommendArgs {
     #[arg(long, env = "TAILOR_PROMETHEUS_URL")]
     pub prometheus_url: String,
 
+    /// How to reach and read Prometheus.
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+
+    /// The cluster: snapshot files or a live cluster.
+    #[command(flatten)]
+    pub cluster: ClusterSourceArgs,
+
+    /// Only these namespaces (repeatable); default: every namespace in the snapshot or
+    /// cluster.
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        env = "TAILOR_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+
+    /// How much history to read (`14d`, or a Go duration such as `336h`; 1s to 366d).
+    #[arg(long, env = "TAILOR_HISTORY", default_value = "14d")]
+    pub history: String,
+
+    /// CPU sample spacing (Go duration, 1s to 1h and at most the history); CPU is the rate
+    /// over this step (at least 5m).
+    #[arg(long, env = "TAILOR_STEP", default_value = "5m")]
+    pub step: String,
+
+    /// Checkpoint file: resumed from when present (only newer usage is read) and
+    /// rewritten after a successful read.
+    #[arg(long, env = "TAILOR_STATE")]
+    pub state: Option<PathBuf>,
+
+    /// Evaluation time (RFC 3339); default: now.
+    #[arg(long, env = "TAILOR_NOW")]
+    pub now: Option<String>,
+
+    /// Where prices and node sizes come from.
+    #[command(flatten)]
+    pub source: CatalogSourceArgs,
+
+    /// Output format.
+    #[arg(
+        long,
+        short = 'o',
+        env = "TAILOR_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: RecommendFormat,
+}
+
+/// How to reach and read Prometheus: authentication, TLS, label names and limits. Shared by
+/// `tailor recommend` and `tailor run` (the URL is each command's own flag).
+#[derive(Debug, Clone, Args)]
+pub struct PrometheusArgs {
     /// File holding a bearer token for Prometheus.
     #[arg(long, env = "TAILOR_PROMETHEUS_BEARER_TOKEN_FILE")]
     pub prometheus_bearer_token_file: Option<PathBuf>,
@@ -135,29 +191,6 @@ pub struct RecommendArgs {
     )]
     pub prometheus_max_response_bytes: u64,
 
-    /// The cluster: snapshot files or a live cluster.
-    #[command(flatten)]
-    pub cluster: ClusterSourceArgs,
-
-    /// Only these namespaces (repeatable); default: every namespace in the snapshot or
-    /// cluster.
-    #[arg(
-        long = "namespace",
-        short = 'n',
-        env = "TAILOR_NAMESPACES",
-        value_delimiter = ','
-    )]
-    pub namespaces: Vec<String>,
-
-    /// How much history to read (`14d`, or a Go duration such as `336h`; 1s to 366d).
-    #[arg(long, env = "TAILOR_HISTORY", default_value = "14d")]
-    pub history: String,
-
-    /// CPU sample spacing (Go duration, 1s to 1h and at most the history); CPU is the rate
-    /// over this step (at least 5m).
-    #[arg(long, env = "TAILOR_STEP", default_value = "5m")]
-    pub step: String,
-
     /// Most points (containers x steps) one Prometheus query may return.
     #[arg(
         long,
@@ -169,29 +202,83 @@ pub struct RecommendArgs {
     /// Queries in flight at once.
     #[arg(long, env = "TAILOR_PROMETHEUS_CONCURRENCY", default_value_t = 4)]
     pub prometheus_concurrency: usize,
+}
 
-    /// Checkpoint file: resumed from when present (only newer usage is read) and
-    /// rewritten after a successful read.
-    #[arg(long, env = "TAILOR_STATE")]
-    pub state: Option<PathBuf>,
-
-    /// Evaluation time (RFC 3339); default: now.
-    #[arg(long, env = "TAILOR_NOW")]
-    pub now: Option<String>,
-
-    /// Where prices and node sizes come from.
-    #[command(flatten)]
-    pub source: CatalogSourceArgs,
-
-    /// Output format.
-    #[arg(
-        long,
-        short = 'o',
-        env = "TAILOR_OUTPUT",
-        value_enum,
-        default_value = "table"
-    )]
-    pub output: RecommendFormat,
+impl PrometheusArgs {
+    /// The usage source's settings for Prometheus at `url`, each flag checked and a bad one
+    /// named; `azure` is how to reach Azure for `--prometheus-azure-auth`.
+    pub fn settings(&self, url: &str, azure: &super::AzureArgs) -> Result<PrometheusSettings> {
+        let mut headers = Vec::new();
+        for h in &self.prometheus_headers {
+            let (k, v) = h.split_once('=').ok_or_else(|| CliError::InvalidFlag {
+                flag: "--prometheus-header",
+                reason: format!("{h:?} is not Name=value"),
+            })?;
+            headers.push((k.to_string(), v.to_string()));
+        }
+        let mut settings = PrometheusSettings::new(url);
+        settings.bearer_token_file = self.prometheus_bearer_token_file.clone();
+        settings.ca_file = self.prometheus_ca_file.clone();
+        settings.headers = headers;
+        if self.prometheus_azure_auth {
+            let scope = &self.prometheus_azure_scope;
+            let valid = reqwest::Url::parse(scope).is_ok_and(|u| u.scheme() == "https")
+                && scope.ends_with("/.default");
+            if !valid {
+                return Err(CliError::InvalidFlag {
+                    flag: "--prometheus-azure-scope",
+                    reason: format!("{scope:?} is not an https://HOST/.default scope"),
+                });
+            }
+            settings.azure_auth = Some(crate::usage::prometheus::AzureAuth {
+                credential: azure.credential()?,
+                scope: scope.clone(),
+            });
+        }
+        if let (Some(user), Some(file)) = (
+            &self.prometheus_basic_auth_user,
+            &self.prometheus_basic_auth_password_file,
+        ) {
+            let password = std::fs::read_to_string(file).map_err(|e| CliError::InvalidFlag {
+                flag: "--prometheus-basic-auth-password-file",
+                reason: format!("{}: {e}", file.display()),
+            })?;
+            settings.basic_auth = Some((
+                user.clone(),
+                password.trim_end_matches(['\r', '\n']).to_string(),
+            ));
+        }
+        for (flag, value) in [
+            (
+                "--prometheus-namespace-label",
+                &self.prometheus_namespace_label,
+            ),
+            ("--prometheus-pod-label", &self.prometheus_pod_label),
+            (
+                "--prometheus-container-label",
+                &self.prometheus_container_label,
+            ),
+        ] {
+            if !is_label_name(value) {
+                return Err(CliError::InvalidFlag {
+                    flag,
+                    reason: format!(
+                        "{value:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"
+                    ),
+                });
+            }
+        }
+        settings.labels = LabelNames {
+            namespace: self.prometheus_namespace_label.clone(),
+            pod: self.prometheus_pod_label.clone(),
+            container: self.prometheus_container_label.clone(),
+        };
+        settings.timeout = Duration::from_secs(self.prometheus_timeout_seconds.max(1));
+        settings.max_response_bytes = self.prometheus_max_response_bytes;
+        settings.max_points_per_query = self.prometheus_max_points_per_query.max(1);
+        settings.concurrency = self.prometheus_concurrency.max(1);
+        Ok(settings)
+    }
 }
 
 /// CPU and memory as Kubernetes quantities; absent when not set.
@@ -350,19 +437,6 @@ fn is_label_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn parse_quantity(
-    v: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    cpu: bool,
-) -> Option<i64> {
-    v.and_then(|q| {
-        if cpu {
-            quantity::parse_milli(&q.0).ok()
-        } else {
-            quantity::parse_value(&q.0).ok()
-        }
-    })
-}
-
 /// Reads usage and builds the report.
 pub async fn report(args: &RecommendArgs) -> Result<Report> {
     // Flags first: a bad value is reported before the cluster is read.
@@ -402,12 +476,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
             .as_second(),
         None => jiff::Timestamp::now().as_second(),
     };
-    let policy = match snapshot.rightsizing_policies.iter().find(|p| {
-        p.metadata.name.as_deref() == Some(crate::apis::rightsizingpolicy::DEFAULT_POLICY_NAME)
-    }) {
-        Some(p) => Policy::from_spec(&p.spec).map_err(|e| CliError::Input(e.to_string()))?,
-        None => Policy::default(),
-    };
+    let policies = Policies::new(&snapshot.rightsizing_policies, None, Mode::Recommend);
     let (catalog, options) = args.source.clone().load()?;
     let types = catalog.instance_types(&options)?;
     let prices = Prices::from_instance_types(&types);
@@ -415,75 +484,9 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
         .iter()
         .map(|t| (t.allocatable.cpu, t.allocatable.memory))
         .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
-    let mut headers = Vec::new();
-    for h in &args.prometheus_headers {
-        let (k, v) = h.split_once('=').ok_or_else(|| CliError::InvalidFlag {
-            flag: "--prometheus-header",
-            reason: format!("{h:?} is not Name=value"),
-        })?;
-        headers.push((k.to_string(), v.to_string()));
-    }
-    let mut settings = PrometheusSettings::new(&args.prometheus_url);
-    settings.bearer_token_file = args.prometheus_bearer_token_file.clone();
-    settings.ca_file = args.prometheus_ca_file.clone();
-    settings.headers = headers;
-    if args.prometheus_azure_auth {
-        let scope = &args.prometheus_azure_scope;
-        let valid = reqwest::Url::parse(scope).is_ok_and(|u| u.scheme() == "https")
-            && scope.ends_with("/.default");
-        if !valid {
-            return Err(CliError::InvalidFlag {
-                flag: "--prometheus-azure-scope",
-                reason: format!("{scope:?} is not an https://HOST/.default scope"),
-            });
-        }
-        settings.azure_auth = Some(crate::usage::prometheus::AzureAuth {
-            credential: args.source.azure.credential()?,
-            scope: scope.clone(),
-        });
-    }
-    if let (Some(user), Some(file)) = (
-        &args.prometheus_basic_auth_user,
-        &args.prometheus_basic_auth_password_file,
-    ) {
-        let password = std::fs::read_to_string(file).map_err(|e| CliError::InvalidFlag {
-            flag: "--prometheus-basic-auth-password-file",
-            reason: format!("{}: {e}", file.display()),
-        })?;
-        settings.basic_auth = Some((
-            user.clone(),
-            password.trim_end_matches(['\r', '\n']).to_string(),
-        ));
-    }
-    for (flag, value) in [
-        (
-            "--prometheus-namespace-label",
-            &args.prometheus_namespace_label,
-        ),
-        ("--prometheus-pod-label", &args.prometheus_pod_label),
-        (
-            "--prometheus-container-label",
-            &args.prometheus_container_label,
-        ),
-    ] {
-        if !is_label_name(value) {
-            return Err(CliError::InvalidFlag {
-                flag,
-                reason: format!(
-                    "{value:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"
-                ),
-            });
-        }
-    }
-    settings.labels = LabelNames {
-        namespace: args.prometheus_namespace_label.clone(),
-        pod: args.prometheus_pod_label.clone(),
-        container: args.prometheus_container_label.clone(),
-    };
-    settings.timeout = Duration::from_secs(args.prometheus_timeout_seconds.max(1));
-    settings.max_response_bytes = args.prometheus_max_response_bytes;
-    settings.max_points_per_query = args.prometheus_max_points_per_query.max(1);
-    settings.concurrency = args.prometheus_concurrency.max(1);
+    let settings = args
+        .prometheus
+        .settings(&args.prometheus_url, &args.source.azure)?;
     let source = PrometheusSource::new(settings).map_err(|e| CliError::Input(e.to_string()))?;
     let mut namespaces: Vec<String> = if args.namespaces.is_empty() {
         workloads
@@ -517,7 +520,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
     let keep_hours = args.output == RecommendFormat::Html;
     // Resume from the checkpoint when it fits this run; a file that cannot be read is an
     // error (it is never overwritten unread).
-    let checkpoint = match &args.state {
+    let resume = match &args.state {
         Some(path) if path.exists() => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::Input(format!("state file {}: {e}", path.display())))?;
@@ -527,56 +530,61 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
                     path.display()
                 ))
             })?;
-            match c.usable(&policy, window_start, now) {
-                Ok(()) => Some(c),
-                Err(why) => {
-                    eprintln!(
-                        "not resuming from {}: {why}; reading the whole history",
-                        path.display()
-                    );
-                    None
-                }
-            }
+            Resume::All(c)
         }
+        _ => Resume::Nothing,
+    };
+    let resuming_from = match &resume {
+        Resume::All(c) if c.until >= window_start && c.until <= now => Some(c.until),
         _ => None,
     };
-    let (mut pool, start) = match checkpoint {
-        Some(c) => {
-            let until = c.until;
-            (Pool::resume(&workloads, &policy, c), until)
-        }
-        None => (Pool::new(&workloads, &policy, window_start), window_start),
-    };
-    pool = pool.keep_hours(keep_hours);
     let began = std::time::Instant::now();
     eprintln!(
         "reading {}h of usage for {} namespace(s) from {}{}",
-        (now - start) / 3600,
+        (now - resuming_from.unwrap_or(window_start)) / 3600,
         namespaces.len(),
         args.prometheus_url,
-        if start > window_start {
+        if resuming_from.is_some() {
             " (resuming from the state file)"
         } else {
             ""
         }
     );
-    // A checkpoint taken at `now` leaves nothing new to read.
-    let stats = if start < now {
-        source
-            .read(
-                &UsageQuery {
-                    namespaces,
-                    start,
-                    end: now,
-                    step,
-                },
-                &mut pool,
-            )
-            .await
-            .map_err(|e| CliError::Input(e.to_string()))?
-    } else {
-        crate::usage::ReadStats::default()
-    };
+    let outcome = recommend_workloads(
+        &source,
+        Request {
+            snapshot: &snapshot,
+            workloads: &workloads,
+            policies: &policies,
+            namespaces: &namespaces,
+            history: Some(history),
+            step,
+            now,
+            largest_node: Some(largest),
+            prices,
+            resume,
+            keep_hours,
+        },
+    )
+    .await
+    .map_err(|e| CliError::Input(e.to_string()))?;
+    if let Some((w, error)) = outcome
+        .held
+        .first()
+        .map(|(w, p, e)| (w, format!("{p}: {e}")))
+    {
+        return Err(CliError::Input(format!(
+            "{error} (it governs {}/{}/{})",
+            w.namespace, w.kind, w.name
+        )));
+    }
+    if let (Some(path), Some((_, why))) = (&args.state, outcome.not_resumed.first()) {
+        eprintln!(
+            "not resuming from {}: {why}; reading the whole history",
+            path.display()
+        );
+    }
+    let stats = outcome.stats;
     eprintln!(
         "read {} container series, {} samples in {} queries ({:.1}s)",
         stats.series,
@@ -593,50 +601,14 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
             crate::usage::MAX_PLAUSIBLE_MEMORY_BYTES
         );
     }
-    let mut unmatched = pool.unmatched().len();
-    let pooled = pool.finish();
+    let unmatched = outcome.unmatched;
     if let Some(path) = &args.state {
-        write_state(path, &Checkpoint::of(&pooled, &policy, now))?;
+        write_state(path, &outcome.merged_checkpoint(now))?;
     }
     let mut report = Report::default();
     let mut seen_workloads = std::collections::BTreeSet::new();
-    for ((w, container), pooled) in &pooled {
-        let h = &pooled.history;
-        let Some(c) = workloads.container(w, container) else {
-            unmatched += 1;
-            continue;
-        };
-        let res = c.resources.as_ref();
-        let current = Requests {
-            cpu: parse_quantity(
-                res.and_then(|r| r.requests.as_ref())
-                    .and_then(|m| m.get("cpu")),
-                true,
-            ),
-            memory: parse_quantity(
-                res.and_then(|r| r.requests.as_ref())
-                    .and_then(|m| m.get("memory")),
-                false,
-            ),
-            cpu_limit: parse_quantity(
-                res.and_then(|r| r.limits.as_ref())
-                    .and_then(|m| m.get("cpu")),
-                true,
-            ),
-            memory_limit: parse_quantity(
-                res.and_then(|r| r.limits.as_ref())
-                    .and_then(|m| m.get("memory")),
-                false,
-            ),
-        };
-        let (hpa_on_cpu, hpa_on_memory) = hpa_resources(&snapshot, w);
-        let context = Context {
-            hpa_on_cpu,
-            hpa_on_memory,
-            largest_node: Some(largest),
-            prices,
-        };
-        let r = recommend(h, current, &policy, &context, now);
+    for c in outcome.containers {
+        let (w, r) = (&c.workload, c.recommendation);
         seen_workloads.insert(w.clone());
         report.summary.monthly_cost_delta += r.hourly_cost_delta * HOURS_PER_MONTH;
         report.recommendations.push(Entry {
@@ -645,7 +617,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
                 kind: w.kind.clone(),
                 name: w.name.clone(),
             },
-            container: container.clone(),
+            container: c.container.clone(),
             current: requests_limits(&r.current),
             recommended: requests_limits(&r.recommended),
             lower: pair(r.lower.0, r.lower.1),
@@ -654,26 +626,19 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
             actionable: r.actionable,
             reasons: r.reasons,
             monthly_cost_delta: quantity::round_to(r.hourly_cost_delta * HOURS_PER_MONTH, 2),
-            hours: pooled.hours.clone(),
+            hours: c.hours,
         });
     }
     // Every container of a workload in scope that has no usage is named, not dropped.
-    for (w, spec) in &workloads.templates {
-        if !in_scope.contains(&w.namespace) {
-            continue;
-        }
-        for c in &spec.containers {
-            if !pooled.contains_key(&(w.clone(), c.name.clone())) {
-                report.summary.containers_without_usage.push(ContainerRef {
-                    namespace: w.namespace.clone(),
-                    workload: WorkloadRef {
-                        kind: w.kind.clone(),
-                        name: w.name.clone(),
-                    },
-                    container: c.name.clone(),
-                });
-            }
-        }
+    for (w, container) in &outcome.without_usage {
+        report.summary.containers_without_usage.push(ContainerRef {
+            namespace: w.namespace.clone(),
+            workload: WorkloadRef {
+                kind: w.kind.clone(),
+                name: w.name.clone(),
+            },
+            container: container.clone(),
+        });
     }
     if report.recommendations.is_empty() {
         return Err(CliError::NothingToReport(nothing_matched(
@@ -696,7 +661,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
     report.summary.prometheus_queries = stats.queries;
     report.summary.samples_read = stats.samples;
     report.summary.samples_rejected = stats.rejected_samples;
-    report.summary.read_from = rfc3339(start);
+    report.summary.read_from = rfc3339(outcome.read_from);
     report.summary.now = rfc3339(now);
     report.summary.unmatched_containers = unmatched;
     Ok(report)
@@ -740,7 +705,9 @@ fn nothing_matched(
     let labels = format!(
         "--prometheus-namespace-label {:?}, --prometheus-pod-label {:?}, \
          --prometheus-container-label {:?}",
-        args.prometheus_namespace_label, args.prometheus_pod_label, args.prometheus_container_label
+        args.prometheus.prometheus_namespace_label,
+        args.prometheus.prometheus_pod_label,
+        args.prometheus.prometheus_container_label
     );
     if stats.series == 0 {
         format!(
@@ -778,39 +745,6 @@ fn write_state(path: &std::path::Path, checkpoint: &Checkpoint) -> Result<()> {
     std::fs::write(&tmp, text)
         .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|e| CliError::Input(format!("state file {}: {e}", path.display())))
-}
-
-/// Which resources an HPA targeting the workload scales on.
-fn hpa_resources(snapshot: &Snapshot, w: &Workload) -> (bool, bool) {
-    let mut cpu = false;
-    let mut memory = false;
-    for hpa in &snapshot.horizontal_pod_autoscalers {
-        let ns = hpa.metadata.namespace.as_deref().unwrap_or("default");
-        let Some(spec) = &hpa.spec else { continue };
-        if ns != w.namespace
-            || spec.scale_target_ref.kind != w.kind
-            || spec.scale_target_ref.name != w.name
-        {
-            continue;
-        }
-        for m in spec.metrics.iter().flatten() {
-            let name = m
-                .resource
-                .as_ref()
-                .map(|r| r.name.as_str())
-                .or_else(|| m.container_resource.as_ref().map(|r| r.name.as_str()));
-            match name {
-                Some("cpu") => cpu = true,
-                Some("memory") => memory = true,
-                _ => {}
-            }
-        }
-        // An HPA without metrics scales on CPU (the API default).
-        if spec.metrics.as_ref().is_none_or(|m| m.is_empty()) {
-            cpu = true;
-        }
-    }
-    (cpu, memory)
 }
 
 fn show(q: &Option<String>, cpu: bool) -> String {

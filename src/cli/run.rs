@@ -15,6 +15,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::recommend::PrometheusArgs;
 use super::{CatalogSourceArgs, CliError, Result};
 use crate::clock::{Clock, SystemClock};
 use crate::cloud::CloudProvider as _;
@@ -74,9 +75,24 @@ pub struct RunArgs {
     #[arg(long, env = "TAILOR_CLOUD", value_enum, default_value = "kwok")]
     pub cloud: CloudArg,
 
-    /// Global mode; a NodePool's `tailor.sh/mode` annotation overrides it for its nodes.
+    /// Global mode; a NodePool's `tailor.sh/mode` annotation overrides it for its nodes, and
+    /// a RightsizingPolicy's `mode` for the workloads it selects.
     #[arg(long, env = "TAILOR_MODE", value_enum, default_value = "recommend")]
     pub mode: ModeArg,
+
+    /// Prometheus-compatible API base URL that right-sizing reads container usage from;
+    /// without it right-sizing is off.
+    #[arg(long, env = "TAILOR_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+
+    /// How to reach and read Prometheus (the same flags as `tailor recommend`).
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+
+    /// How often right-sizing reads the usage that came in since its last read and rewrites
+    /// the Recommendations.
+    #[arg(long, env = "TAILOR_RIGHTSIZING_INTERVAL", default_value = "15m", value_parser = parse_std_duration)]
+    pub rightsizing_interval: Duration,
 
     /// Address of the Prometheus `/metrics` endpoint.
     #[arg(long, env = "TAILOR_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
@@ -242,6 +258,9 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         catalog,
         cloud,
         mode,
+        prometheus_url,
+        prometheus,
+        rightsizing_interval,
         metrics_address,
         health_address,
         leader_election_namespace,
@@ -255,6 +274,17 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         gc_interval,
         azure,
     } = args;
+    if rightsizing_interval.is_zero() {
+        return Err(CliError::InvalidFlag {
+            flag: "--rightsizing-interval",
+            reason: "must be longer than 0s".to_string(),
+        });
+    }
+    // Checked before anything starts, so a bad flag is reported at once.
+    let prometheus = prometheus_url
+        .filter(|u| !u.trim().is_empty())
+        .map(|url| prometheus.settings(&url, &catalog.azure))
+        .transpose()?;
     let azure_access = catalog.azure.clone();
     let (catalog, catalog_options) = catalog.load()?;
     let types = catalog.instance_types(&catalog_options)?;
@@ -304,6 +334,9 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         batch_idle,
         batch_max,
         gc_interval,
+        prometheus,
+        rightsizing_interval,
+        namespace: namespace.clone(),
         ..Settings::default()
     };
     let writer = Writer::new(client.clone(), leader.clone(), &identity);

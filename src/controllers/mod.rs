@@ -9,6 +9,8 @@
 //!   replacements ready before anything is drained; reported only in recommend-only mode;
 //! - [`garbage_collection`]: instances without a NodeClaim, NodeClaims without an instance;
 //! - [`cost`]: the managed nodes counted and priced, for the cost metrics;
+//! - [`rightsizing`]: usage read from Prometheus every interval, one Recommendation per
+//!   workload with its histogram checkpoint;
 //! - [`writes`]: every write to the cluster, checked against leadership.
 //!
 //! Intent lives in the API server: the provisioner creates NodeClaims, the lifecycle
@@ -20,6 +22,7 @@ pub mod disruption;
 pub mod garbage_collection;
 pub mod nodeclaim;
 pub mod provisioning;
+pub mod rightsizing;
 pub mod state;
 pub mod writes;
 
@@ -61,7 +64,23 @@ pub struct Settings {
     pub gc_grace: SignedDuration,
     /// How often the garbage collector looks.
     pub gc_interval: Duration,
+    /// Where usage history is read for right-sizing; `None` turns right-sizing off.
+    pub prometheus: Option<crate::usage::prometheus::PrometheusSettings>,
+    /// How often right-sizing reads new usage and rewrites Recommendations.
+    pub rightsizing_interval: Duration,
+    /// Usage whose newest sample is older than this (seconds) is stale: nothing is changed
+    /// on its strength.
+    pub usage_stale_after: i64,
+    /// The agent's namespace, where the cluster-wide default RightsizingPolicy lives.
+    pub namespace: String,
 }
+
+/// How often right-sizing runs unless told otherwise.
+pub const DEFAULT_RIGHTSIZING_INTERVAL: Duration = Duration::from_secs(15 * 60);
+
+/// Age (seconds) of the newest usage sample beyond which usage is stale: cadvisor is
+/// scraped every 15-60 s, so twenty minutes without a sample means the pipeline is broken.
+pub const DEFAULT_USAGE_STALE_AFTER: i64 = 20 * 60;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -73,6 +92,10 @@ impl Default for Settings {
             registration_ttl: SignedDuration::from_mins(15),
             gc_grace: SignedDuration::from_secs(30),
             gc_interval: Duration::from_secs(30),
+            prometheus: None,
+            rightsizing_interval: DEFAULT_RIGHTSIZING_INTERVAL,
+            usage_stale_after: DEFAULT_USAGE_STALE_AFTER,
+            namespace: "default".to_string(),
         }
     }
 }
@@ -175,6 +198,7 @@ pub fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet
     tasks.spawn(nodeclaim::run(ctx.clone()));
     tasks.spawn(disruption::run(ctx.clone()));
     tasks.spawn(cost::run(ctx.clone()));
+    tasks.spawn(rightsizing::run(ctx.clone()));
     tasks.spawn(garbage_collection::run(ctx));
 }
 

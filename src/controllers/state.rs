@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use crate::apis::{AKSNodeClass, NodeClaim, NodePool, RightsizingPolicy};
+use crate::apis::{AKSNodeClass, NodeClaim, NodePool, Recommendation, RightsizingPolicy};
 use crate::state::Snapshot;
 
 /// Reflector stores for every kind a decision reads.
@@ -51,6 +51,9 @@ pub struct State {
     pub hpas: Store<HorizontalPodAutoscaler>,
     /// RightsizingPolicies.
     pub policies: Store<RightsizingPolicy>,
+    /// Recommendations, with their checkpoints: a follower holds what the leader last
+    /// wrote, so it continues the histograms when it takes over.
+    pub recommendations: Store<Recommendation>,
     changed: Arc<Notify>,
     synced: watch::Receiver<bool>,
 }
@@ -221,6 +224,7 @@ impl Slim for NodePool {}
 impl Slim for NodeClaim {}
 impl Slim for AKSNodeClass {}
 impl Slim for RightsizingPolicy {}
+impl Slim for Recommendation {}
 
 impl State {
     /// Starts watching every kind; the watches run on `tasks` until they are aborted.
@@ -241,6 +245,7 @@ impl State {
             jobs: reflect(client, tasks, &changed),
             hpas: reflect(client, tasks, &changed),
             policies: reflect(client, tasks, &changed),
+            recommendations: reflect(client, tasks, &changed),
             changed,
             synced,
         };
@@ -278,6 +283,7 @@ impl State {
             one(&self.jobs),
             one(&self.hpas),
             one(&self.policies),
+            one(&self.recommendations),
         );
         let _ = done.send(true);
     }
@@ -328,13 +334,14 @@ impl State {
             node_claims: all(&self.node_claims),
             node_classes: all(&self.node_classes),
             rightsizing_policies: all(&self.policies),
+            // The right-sizing controller reads the store directly, checkpoints and all.
             recommendations: Vec::new(),
             warnings: Vec::new(),
         }
     }
 
     /// Objects per kind in the stores, for the store-size metric.
-    pub fn sizes(&self) -> [(&'static str, usize); 13] {
+    pub fn sizes(&self) -> [(&'static str, usize); 14] {
         [
             ("Pod", self.pods.state().len()),
             ("Node", self.nodes.state().len()),
@@ -349,6 +356,7 @@ impl State {
             ("Job", self.jobs.state().len()),
             ("HorizontalPodAutoscaler", self.hpas.state().len()),
             ("RightsizingPolicy", self.policies.state().len()),
+            ("Recommendation", self.recommendations.state().len()),
         ]
     }
 }

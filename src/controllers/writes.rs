@@ -17,7 +17,10 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::apis::labels::FIELD_MANAGER;
-use crate::apis::{NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus};
+use crate::apis::{
+    NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus, Recommendation, RecommendationStatus,
+    RightsizingPolicy, RightsizingPolicyStatus,
+};
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +213,83 @@ impl Writer {
         }
     }
 
+    /// Creates or re-applies a Recommendation's metadata (its owner reference to the
+    /// workload, so it is garbage-collected with it) and spec.
+    pub async fn apply_recommendation(&self, recommendation: &Recommendation) -> Result<()> {
+        let (ns, name) = (
+            recommendation.namespace().unwrap_or_default(),
+            recommendation.name_any(),
+        );
+        let what = || format!("apply recommendation {ns}/{name}");
+        self.check(what)?;
+        let body = json!({
+            "apiVersion": Recommendation::api_version(&()),
+            "kind": Recommendation::kind(&()),
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": recommendation.labels(),
+                "ownerReferences": recommendation.owner_references(),
+            },
+            "spec": recommendation.spec,
+        });
+        Api::<Recommendation>::namespaced(self.client.clone(), &ns)
+            .patch(&name, &Self::apply_params(), &Patch::Apply(&body))
+            .await
+            .map(|_| ())
+            .map_err(api_error(what()))
+    }
+
+    /// Applies a Recommendation's status.
+    pub async fn apply_recommendation_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &RecommendationStatus,
+    ) -> Result<()> {
+        let what = || format!("status of recommendation {namespace}/{name}");
+        self.check(what)?;
+        let body = json!({
+            "apiVersion": Recommendation::api_version(&()),
+            "kind": Recommendation::kind(&()),
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        });
+        match Api::<Recommendation>::namespaced(self.client.clone(), namespace)
+            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Applies a RightsizingPolicy's status (Ready, and how many workloads it governs).
+    pub async fn apply_rightsizing_policy_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &RightsizingPolicyStatus,
+    ) -> Result<()> {
+        let what = || format!("status of rightsizingpolicy {namespace}/{name}");
+        self.check(what)?;
+        let body = json!({
+            "apiVersion": RightsizingPolicy::api_version(&()),
+            "kind": RightsizingPolicy::kind(&()),
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        });
+        match Api::<RightsizingPolicy>::namespaced(self.client.clone(), namespace)
+            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
     /// Deletes a NodeClaim (its finalizer then drains and terminates the node).
     pub async fn delete_node_claim(&self, name: &str) -> Result<()> {
         let what = || format!("delete nodeclaim {name}");
@@ -362,6 +442,33 @@ impl Writer {
         let body = json!({"status": {"nominatedNodeName": node}});
         match Api::<Pod>::namespaced(self.client.clone(), namespace)
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
+    /// Resizes a running pod's containers in place through the `resize` subresource.
+    pub async fn resize_pod(&self, resize: &crate::actuation::Resize) -> Result<()> {
+        let (ns, name) = (&resize.namespace, &resize.pod);
+        let what = || format!("resize pod {ns}/{name}");
+        self.check(what)?;
+        let containers: Vec<serde_json::Value> = resize
+            .containers
+            .iter()
+            .map(|c| {
+                let mut resources = json!({"requests": c.requests});
+                if !c.limits.is_empty() {
+                    resources["limits"] = json!(c.limits);
+                }
+                json!({"name": c.name, "resources": resources})
+            })
+            .collect();
+        let body = json!({"spec": {"containers": containers}});
+        match Api::<Pod>::namespaced(self.client.clone(), ns)
+            .patch_resize(name, &PatchParams::default(), &Patch::Strategic(&body))
             .await
         {
             Ok(_) => Ok(()),

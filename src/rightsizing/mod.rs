@@ -8,6 +8,7 @@ pub mod backtest;
 pub mod histogram;
 pub mod policy;
 pub mod recommender;
+pub mod service;
 
 pub use histogram::{Buckets, DecayingHistogram};
 pub use policy::{Policy, PolicyError};

@@ -1,6 +1,6 @@
 //! A `RightsizingPolicy` parsed once into plain numbers for the recommender.
 
-use crate::apis::{HpaPolicy, LimitsPolicy, Mode, ResourceKind, RightsizingPolicySpec};
+use crate::apis::{HpaPolicy, LimitsPolicy, Mode, ResourceKind, RightsizingPolicySpec, UpdateMode};
 use crate::model::quantity;
 
 /// Most recent days whose memory peaks a policy can ask to cover.
@@ -21,6 +21,8 @@ pub struct PolicyError {
 pub struct Policy {
     /// Recommend only, or apply.
     pub mode: Mode,
+    /// How applied requests reach the pods.
+    pub update: UpdateMode,
     /// Whether CPU requests are managed.
     pub cpu: bool,
     /// Whether memory requests are managed.
@@ -73,6 +75,7 @@ impl Default for Policy {
         // future default ever failed to parse.
         Policy::from_spec(&RightsizingPolicySpec::default()).unwrap_or(Policy {
             mode: Mode::Recommend,
+            update: UpdateMode::InPlace,
             cpu: true,
             memory: true,
             cpu_percentiles: (0.7, 0.5, 0.95),
@@ -166,6 +169,7 @@ impl Policy {
         );
         let policy = Policy {
             mode: spec.mode,
+            update: spec.update.mode,
             cpu: spec.covers(ResourceKind::Cpu),
             memory: spec.covers(ResourceKind::Memory),
             cpu_percentiles,

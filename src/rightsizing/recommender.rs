@@ -166,6 +166,12 @@ impl ContainerHistory {
         }
     }
 
+    /// Unix second of the newest sample, if any: how fresh the usage behind a
+    /// recommendation is.
+    pub fn last_sample(&self) -> Option<i64> {
+        self.last
+    }
+
     /// CPU usage samples seen.
     pub fn samples(&self) -> u64 {
         self.samples

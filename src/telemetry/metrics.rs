@@ -537,6 +537,17 @@ impl Metrics {
         self.set(&names::USAGE_DATA_AGE, &[], seconds.max(0.0));
     }
 
+    /// Counts one right-sizing read: its queries and samples.
+    pub fn usage_read(&self, queries: usize, samples: u64) {
+        self.add(&names::USAGE_QUERIES, &[], queries as f64);
+        self.add(&names::USAGE_SAMPLES_READ, &[], samples as f64);
+    }
+
+    /// Counts a right-sizing read that failed.
+    pub fn usage_read_failed(&self) {
+        self.add(&names::USAGE_READ_FAILURES, &[], 1.0);
+    }
+
     // The agent.
 
     /// Records whether this replica leads.

@@ -647,6 +647,33 @@ metric!(
     [],
     "Age of the newest usage sample; autonomous right-sizing pauses when it is stale"
 );
+metric!(
+    USAGE_QUERIES,
+    Rightsizing,
+    "tailor_usage_queries",
+    Counter,
+    "queries",
+    [],
+    "Prometheus queries the right-sizing controller issued"
+);
+metric!(
+    USAGE_SAMPLES_READ,
+    Rightsizing,
+    "tailor_usage_samples_read",
+    Counter,
+    "samples",
+    [],
+    "Usage samples the right-sizing controller read (checkpoints keep this to what is new)"
+);
+metric!(
+    USAGE_READ_FAILURES,
+    Rightsizing,
+    "tailor_usage_read_failures",
+    Counter,
+    "reads",
+    [],
+    "Right-sizing rounds whose usage read failed: their Recommendations are marked Stale"
+);
 
 // The agent.
 metric!(
@@ -725,6 +752,9 @@ pub const CATALOGUE: &[MetricDef] = &[
     NAMESPACE_MEMORY_REQUESTS,
     OOM_KILLS,
     USAGE_DATA_AGE,
+    USAGE_QUERIES,
+    USAGE_SAMPLES_READ,
+    USAGE_READ_FAILURES,
     BUILD_INFO,
     LEADER,
     RECONCILE_DURATION,

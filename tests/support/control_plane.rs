@@ -201,6 +201,7 @@ pub struct Agent {
     child: Option<Child>,
     /// `http://127.0.0.1:PORT`, serving /metrics, /healthz and /readyz.
     pub url: String,
+    #[allow(dead_code)] // read by the tests that read logs
     log: PathBuf,
 }
 
@@ -273,6 +274,7 @@ impl Agent {
     }
 
     /// The agent's log so far.
+    #[allow(dead_code)] // not every test binary reads logs
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -12,12 +12,46 @@ pub struct TestPrometheus {
     /// Base URL.
     pub url: String,
     _dir: tempfile::TempDir,
+    args: Vec<String>,
 }
 
 impl Drop for TestPrometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[allow(dead_code)] // not every test binary uses it
+impl TestPrometheus {
+    /// Stops the server (SIGKILL), as an outage would; its data stays.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the stopped server again on the same port and data, ready to query.
+    pub async fn restart(&mut self) {
+        self.child = Command::new("prometheus")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus starts again");
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !client
+            .get(format!("{}/-/ready", self.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus did not become ready again"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 
@@ -89,11 +123,14 @@ pub async fn start_prometheus_with_auth(
             .expect("write web config");
         command.arg(format!("--web.config.file={}", web.display()));
     }
+    let args = vec![
+        format!("--config.file={}", config.display()),
+        format!("--storage.tsdb.path={}", data.display()),
+        "--storage.tsdb.retention.time=3650d".to_string(),
+        format!("--web.listen-address=127.0.0.1:{port}"),
+    ];
     let child = command
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", data.display()))
-        .arg("--storage.tsdb.retention.time=3650d")
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .args(&args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -103,6 +140,7 @@ pub async fn start_prometheus_with_auth(
         child,
         url,
         _dir: dir,
+        args,
     };
     tailor::telemetry::install_tls_provider();
     let client = reqwest::Client::new();
@@ -151,6 +189,7 @@ pub async fn start_prometheus_scraping(target: &str, cluster: &str) -> TestProme
         child,
         url: format!("http://127.0.0.1:{port}"),
         _dir: dir,
+        args: Vec::new(),
     };
     tailor::telemetry::install_tls_provider();
     let client = reqwest::Client::new();

@@ -1,0 +1,174 @@
+//! Applying right-sized requests to running pods, pure: which pods to resize in place and
+//! to what. The right-sizing controller carries the plan out through the pod `resize`
+//! subresource (`controllers::writes`), so no container restarts where its resize policy
+//! allows it.
+//!
+//! A pod is resized only when it runs, is not terminating, and a managed request differs
+//! from the target by at least the policy's hysteresis (`minChangeFraction`); requests the
+//! recommendation leaves as they are (an HPA scales on them, or the policy does not manage
+//! them) are not touched. Limits follow the recommendation (its limit policy).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::model::quantity::{format_milli, format_value, parse_milli, parse_value};
+use crate::rightsizing::Requests;
+
+/// New resources for one container of a pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerResize {
+    /// The container.
+    pub name: String,
+    /// Requests to set (`cpu`, `memory`).
+    pub requests: BTreeMap<String, Quantity>,
+    /// Limits to set; an absent one is left as it is.
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+/// One pod to resize in place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resize {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// The containers whose resources change.
+    pub containers: Vec<ContainerResize>,
+}
+
+/// Whether `new` differs from `old` by at least `min_change` of `old` (any change when
+/// `old` is unset or zero).
+fn differs(old: Option<i64>, new: Option<i64>, min_change: f64) -> bool {
+    match (old, new) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(o), Some(n)) if o <= 0 => n != o,
+        (Some(o), Some(n)) => ((n - o) as f64 / o as f64).abs() >= min_change,
+    }
+}
+
+fn quantity(v: Option<&Quantity>, cpu: bool) -> Option<i64> {
+    v.and_then(|q| {
+        if cpu {
+            parse_milli(&q.0).ok()
+        } else {
+            parse_value(&q.0).ok()
+        }
+    })
+}
+
+/// The in-place resizes that bring `pods` to `targets` (recommended requests and limits
+/// per container name), skipping changes below `min_change`.
+pub fn resizes<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    targets: &BTreeMap<String, Requests>,
+    min_change: f64,
+) -> Vec<Resize> {
+    let mut out = Vec::new();
+    for pod in pods {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        if !running || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(spec) = &pod.spec else { continue };
+        let mut containers = Vec::new();
+        for c in &spec.containers {
+            let Some(target) = targets.get(&c.name) else {
+                continue;
+            };
+            let res = c.resources.as_ref();
+            let requests = res.and_then(|r| r.requests.as_ref());
+            let limits = res.and_then(|r| r.limits.as_ref());
+            let cpu = quantity(requests.and_then(|m| m.get("cpu")), true);
+            let memory = quantity(requests.and_then(|m| m.get("memory")), false);
+            let cpu_changes = differs(cpu, target.cpu, min_change);
+            let memory_changes = differs(memory, target.memory, min_change);
+            if !cpu_changes && !memory_changes {
+                continue;
+            }
+            let mut r = ContainerResize {
+                name: c.name.clone(),
+                requests: BTreeMap::new(),
+                limits: BTreeMap::new(),
+            };
+            if let (true, Some(v)) = (cpu_changes, target.cpu) {
+                r.requests
+                    .insert("cpu".to_string(), Quantity(format_milli(v)));
+                if let Some(l) = target.cpu_limit
+                    && limits.is_some_and(|m| m.contains_key("cpu"))
+                {
+                    r.limits
+                        .insert("cpu".to_string(), Quantity(format_milli(l)));
+                }
+            }
+            if let (true, Some(v)) = (memory_changes, target.memory) {
+                r.requests
+                    .insert("memory".to_string(), Quantity(format_value(v)));
+                if let Some(l) = target.memory_limit
+                    && limits.is_some_and(|m| m.contains_key("memory"))
+                {
+                    r.limits
+                        .insert("memory".to_string(), Quantity(format_value(l)));
+                }
+            }
+            containers.push(r);
+        }
+        if !containers.is_empty() {
+            out.push(Resize {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                containers,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(phase: &str, cpu: &str, memory: &str) -> Pod {
+        serde_yaml::from_str(&format!(
+            "metadata: {{name: web-1, namespace: shop}}\nspec:\n  containers:\n  - name: app\n    resources: {{requests: {{cpu: '{cpu}', memory: {memory}}}, limits: {{memory: {memory}}}}}\nstatus: {{phase: {phase}}}\n"
+        ))
+        .expect("pod")
+    }
+
+    fn target(cpu: i64, memory: i64) -> BTreeMap<String, Requests> {
+        BTreeMap::from([(
+            "app".to_string(),
+            Requests {
+                cpu: Some(cpu),
+                memory: Some(memory),
+                cpu_limit: None,
+                memory_limit: Some(memory),
+            },
+        )])
+    }
+
+    #[test]
+    fn a_running_pod_far_from_its_target_is_resized_with_its_limit() {
+        let p = pod("Running", "1", "1Gi");
+        let plan = resizes([&p], &target(400, 512 << 20), 0.1);
+        assert_eq!(plan.len(), 1);
+        let c = &plan[0].containers[0];
+        assert_eq!(c.requests["cpu"].0, "400m");
+        assert_eq!(c.requests["memory"].0, "512Mi");
+        assert_eq!(c.limits["memory"].0, "512Mi");
+        assert!(!c.limits.contains_key("cpu"), "no cpu limit was set");
+    }
+
+    #[test]
+    fn changes_within_the_hysteresis_and_pods_not_running_are_left_alone() {
+        let p = pod("Running", "1", "1Gi");
+        assert!(resizes([&p], &target(950, 1 << 30), 0.1).is_empty());
+        let pending = pod("Pending", "1", "1Gi");
+        assert!(resizes([&pending], &target(400, 512 << 20), 0.1).is_empty());
+        // Only the resource that moves enough is set.
+        let plan = resizes([&p], &target(400, 1 << 30), 0.1);
+        assert!(!plan[0].containers[0].requests.contains_key("memory"));
+    }
+}

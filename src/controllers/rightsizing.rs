@@ -1,0 +1,828 @@
+//! Right-sizing in the cluster. Every `--rightsizing-interval` the leader reads the usage
+//! that came in since its last read from Prometheus, continues each workload's histograms
+//! from the checkpoint kept in its `Recommendation`, and server-side-applies one
+//! Recommendation per workload (owned by the workload, so it goes when the workload goes)
+//! through [`crate::rightsizing::service`], the code `tailor recommend` runs.
+//!
+//! Safety: when the read fails (Prometheus unreachable or failing) or its newest sample is
+//! older than the staleness threshold, every Recommendation keeps its last values and is
+//! marked `Stale`, an Event and a metric say why, and nothing is acted on. A workload with
+//! too little history is reported, not actionable. A policy that cannot be used is
+//! reported on its status and holds the workloads it would govern: no Recommendation is
+//! written for them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+use kube::runtime::events::EventType;
+
+use super::Context;
+use crate::apis::recommendation::{HOURS_PER_MONTH, condition, reason};
+use crate::apis::rightsizingpolicy::{condition as policy_condition, reason as policy_reason};
+use crate::apis::{
+    ContainerRecommendation, ContainerResources, Mode, Recommendation, RecommendationSpec,
+    RecommendationStatus, RecommendationSummary, ResourceList, RightsizingPolicyStatus,
+    TargetReference, UpdateMode,
+};
+use crate::cloud::CloudProvider;
+use crate::model::quantity::{self, format_milli, format_value};
+use crate::provisioning::Mode as GlobalMode;
+use crate::rightsizing::Requests;
+use crate::rightsizing::service::{
+    ContainerOutcome, DEFAULT_STEP_SECONDS, Governance, Outcome, Policies, PolicyRef, Request,
+    Resume, recommend_workloads, workload_labels,
+};
+use crate::state::Snapshot;
+use crate::telemetry::names::{Controller, RecommendationState};
+use crate::usage::pool::Checkpoint;
+use crate::usage::prometheus::PrometheusSource;
+use crate::usage::workloads::{Workload, Workloads};
+
+/// Labels of each workload object.
+type Labels = BTreeMap<Workload, BTreeMap<String, String>>;
+
+/// Event reasons of this controller.
+pub mod event_reason {
+    /// Usage could not be read or is too old: Recommendations are stale.
+    pub const USAGE_STALE: &str = "UsageStale";
+    /// Usage is read again after being stale.
+    pub const USAGE_FRESH: &str = "UsageFresh";
+}
+
+/// Runs right-sizing until aborted; does nothing without `--prometheus-url`.
+pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
+    let Some(settings) = ctx.settings.prometheus.clone() else {
+        tracing::info!("no --prometheus-url: right-sizing is off");
+        return;
+    };
+    let source = match PrometheusSource::new(settings) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "right-sizing is off: the Prometheus settings are unusable");
+            return;
+        }
+    };
+    ctx.state.wait_synced().await;
+    // Checkpoints written in this term of leadership; on a new term the store's are used.
+    let mut term: Option<Term> = None;
+    loop {
+        if !ctx.writer.is_leader() {
+            term = None;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        let term = term.get_or_insert_with(Term::default);
+        let started = Instant::now();
+        let result = reconcile(&ctx, &source, term).await;
+        ctx.metrics.reconcile(
+            Controller::Rightsizing,
+            started.elapsed().as_secs_f64(),
+            result.is_err(),
+        );
+        match result {
+            Ok(n) => tracing::info!(
+                workloads = n,
+                seconds = started.elapsed().as_secs_f64(),
+                "right-sizing round done"
+            ),
+            Err(e) => tracing::warn!(error = %e, "right-sizing round failed"),
+        }
+        tokio::time::sleep(ctx.settings.rightsizing_interval).await;
+    }
+}
+
+/// What the leader remembers between rounds.
+#[derive(Default)]
+struct Term {
+    /// The last checkpoint written per workload.
+    checkpoints: BTreeMap<Workload, Checkpoint>,
+    /// Recommendations whose metadata and spec were applied this term.
+    applied: BTreeSet<(String, String)>,
+}
+
+/// Why a round failed.
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error(transparent)]
+    Usage(#[from] crate::usage::UsageError),
+    #[error("{0}")]
+    Catalog(String),
+    #[error(transparent)]
+    Write(#[from] super::writes::WriteError),
+}
+
+/// The Recommendation name of a workload: `<kind>-<name>`, lower case.
+pub fn recommendation_name(w: &Workload) -> String {
+    format!("{}-{}", w.kind.to_ascii_lowercase(), w.name)
+}
+
+/// The API version, kind and uid of a workload object, for the owner reference.
+fn owner_of(snapshot: &Snapshot, w: &Workload) -> Option<OwnerReference> {
+    fn find<'a, K: kube::Resource<DynamicType = ()> + 'a>(
+        list: impl IntoIterator<Item = &'a K>,
+        w: &Workload,
+    ) -> Option<OwnerReference> {
+        list.into_iter()
+            .find(|o| {
+                o.meta().namespace.as_deref() == Some(w.namespace.as_str())
+                    && o.meta().name.as_deref() == Some(w.name.as_str())
+            })
+            .and_then(|o| {
+                Some(OwnerReference {
+                    api_version: K::api_version(&()).to_string(),
+                    kind: K::kind(&()).to_string(),
+                    name: w.name.clone(),
+                    uid: o.meta().uid.clone()?,
+                    controller: Some(false),
+                    block_owner_deletion: None,
+                })
+            })
+    }
+    match w.kind.as_str() {
+        "Deployment" => find(&snapshot.deployments, w),
+        "StatefulSet" => find(&snapshot.stateful_sets, w),
+        "DaemonSet" => find(&snapshot.daemon_sets, w),
+        "ReplicaSet" => find(&snapshot.replica_sets, w),
+        "Job" => find(&snapshot.jobs, w),
+        "CronJob" => snapshot
+            .jobs
+            .iter()
+            .filter(|j| j.metadata.namespace.as_deref() == Some(w.namespace.as_str()))
+            .flat_map(|j| j.metadata.owner_references.iter().flatten())
+            .find(|o| o.kind == "CronJob" && o.name == w.name)
+            .map(|o| OwnerReference {
+                controller: Some(false),
+                block_owner_deletion: None,
+                ..o.clone()
+            }),
+        // A bare pod is not a workload worth a standing recommendation.
+        _ => None,
+    }
+}
+
+/// A condition, keeping the previous transition time when the status did not change.
+fn condition_of(
+    previous: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_string();
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or(Time(now), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message,
+        last_transition_time: since,
+        observed_generation: None,
+    }
+}
+
+fn cpu_list(cpu: Option<i64>, memory: Option<i64>) -> ResourceList {
+    let mut list = ResourceList::new();
+    if let Some(c) = cpu {
+        list.insert(
+            "cpu".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(format_milli(c)),
+        );
+    }
+    if let Some(m) = memory {
+        list.insert(
+            "memory".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(format_value(m)),
+        );
+    }
+    list
+}
+
+fn resources(r: &Requests) -> ContainerResources {
+    ContainerResources {
+        requests: cpu_list(r.cpu, r.memory),
+        limits: cpu_list(r.cpu_limit, r.memory_limit),
+    }
+}
+
+/// Why usage is stale, if it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Staleness {
+    /// The last read succeeded and its newest sample is recent.
+    Fresh,
+    /// The read failed.
+    Unavailable(String),
+    /// The newest sample is this many seconds old.
+    TooOld(i64),
+}
+
+impl Staleness {
+    fn condition(&self, previous: &[Condition], now: Timestamp) -> Condition {
+        match self {
+            Staleness::Fresh => condition_of(
+                previous,
+                condition::STALE,
+                false,
+                reason::FRESH,
+                "usage read from Prometheus in the last round".to_string(),
+                now,
+            ),
+            Staleness::Unavailable(why) => condition_of(
+                previous,
+                condition::STALE,
+                true,
+                reason::USAGE_UNAVAILABLE,
+                format!("usage could not be read, values are from the last good read: {why}"),
+                now,
+            ),
+            Staleness::TooOld(age) => condition_of(
+                previous,
+                condition::STALE,
+                true,
+                reason::USAGE_TOO_OLD,
+                format!(
+                    "the newest usage sample is {age}s old: Prometheus is not scraping the \
+                     containers; nothing is applied until it is"
+                ),
+                now,
+            ),
+        }
+    }
+}
+
+/// The status of a workload's Recommendation from its containers' outcomes. Pure.
+#[allow(clippy::too_many_arguments)]
+pub fn status_of(
+    w: &Workload,
+    containers: &[&ContainerOutcome],
+    without_usage: usize,
+    mode: Mode,
+    staleness: &Staleness,
+    checkpoint: Option<&Checkpoint>,
+    previous: &[Condition],
+    now: Timestamp,
+) -> RecommendationStatus {
+    let mut status = RecommendationStatus {
+        mode: Some(format!("{mode:?}")),
+        last_update_time: Some(Time(now)),
+        usage_read_until: checkpoint.map(|c| c.until),
+        checkpoint: checkpoint.and_then(|c| serde_json::to_string(c).ok()),
+        ..RecommendationStatus::default()
+    };
+    let mut hourly = 0.0;
+    let (mut cpu_now, mut cpu_new, mut mem_now, mut mem_new) = (0, 0, 0, 0);
+    let mut confidence: f64 = 1.0;
+    let mut not_actionable = Vec::new();
+    for c in containers {
+        let r = &c.recommendation;
+        hourly += r.hourly_cost_delta;
+        cpu_now += r.current.cpu.unwrap_or(0);
+        cpu_new += r.recommended.cpu.unwrap_or(0);
+        mem_now += r.current.memory.unwrap_or(0);
+        mem_new += r.recommended.memory.unwrap_or(0);
+        confidence = confidence.min(r.confidence);
+        if !r.actionable {
+            not_actionable.push(format!(
+                "{}: {}",
+                c.container,
+                r.reasons
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "not actionable".to_string())
+            ));
+        }
+        status.containers.push(ContainerRecommendation {
+            name: c.container.clone(),
+            current: resources(&r.current),
+            recommended: resources(&r.recommended),
+            lower: cpu_list(r.lower.0, r.lower.1),
+            upper: cpu_list(r.upper.0, r.upper.1),
+            confidence: quantity::round_to(r.confidence, 2),
+            reasons: r.reasons.clone(),
+            monthly_cost_delta: quantity::round_to(r.hourly_cost_delta * HOURS_PER_MONTH, 2),
+        });
+    }
+    if containers.is_empty() {
+        confidence = 0.0;
+    }
+    status.set_hourly_cost_delta(hourly);
+    status.summary = Some(RecommendationSummary {
+        workload: format!("{}/{}", w.kind, w.name),
+        containers: i32::try_from(containers.len()).unwrap_or(i32::MAX),
+        cpu: format!(
+            "{} -> {}",
+            quantity::display_cores(cpu_now),
+            quantity::display_cores(cpu_new)
+        ),
+        memory: format!(
+            "{} -> {}",
+            quantity::display_bytes(mem_now),
+            quantity::display_bytes(mem_new)
+        ),
+        monthly_cost_delta: quantity::round_to(hourly * HOURS_PER_MONTH, 2),
+        confidence: quantity::round_to(confidence, 2),
+    });
+    let ready = if containers.is_empty() {
+        condition_of(
+            previous,
+            condition::READY,
+            false,
+            reason::NO_USAGE,
+            format!("no usage in Prometheus for the workload's {without_usage} container(s) yet"),
+            now,
+        )
+    } else {
+        condition_of(
+            previous,
+            condition::READY,
+            true,
+            reason::RECOMMENDED,
+            format!(
+                "{} container(s) recommended{}",
+                containers.len(),
+                if without_usage > 0 {
+                    format!("; {without_usage} without usage")
+                } else {
+                    String::new()
+                }
+            ),
+            now,
+        )
+    };
+    let actionable = if containers.is_empty() {
+        condition_of(
+            previous,
+            condition::ACTIONABLE,
+            false,
+            reason::NO_USAGE,
+            "nothing to act on without usage".to_string(),
+            now,
+        )
+    } else if *staleness != Staleness::Fresh {
+        condition_of(
+            previous,
+            condition::ACTIONABLE,
+            false,
+            reason::USAGE_UNAVAILABLE,
+            "usage is stale: nothing is acted on".to_string(),
+            now,
+        )
+    } else if !not_actionable.is_empty() {
+        condition_of(
+            previous,
+            condition::ACTIONABLE,
+            false,
+            reason::INSUFFICIENT_HISTORY,
+            not_actionable.join("; "),
+            now,
+        )
+    } else {
+        condition_of(
+            previous,
+            condition::ACTIONABLE,
+            true,
+            reason::ACTIONABLE,
+            "enough recent history to act on".to_string(),
+            now,
+        )
+    };
+    status.conditions = vec![ready, actionable, staleness.condition(previous, now)];
+    status
+}
+
+/// One round: read, compute, write. Returns the workloads written.
+async fn reconcile<C: CloudProvider>(
+    ctx: &Context<C>,
+    source: &PrometheusSource,
+    term: &mut Term,
+) -> Result<usize, RoundError> {
+    let now = ctx.clock.now();
+    let now_s = now.as_second();
+    let snapshot = ctx.state.snapshot();
+    let workloads = Workloads::from_snapshot(&snapshot);
+    let global = match ctx.settings.mode {
+        GlobalMode::RecommendOnly => Mode::Recommend,
+        GlobalMode::Autonomous => Mode::Auto,
+    };
+    let policies = Policies::new(
+        &snapshot.rightsizing_policies,
+        Some(&ctx.settings.namespace),
+        global,
+    );
+    let stored: Vec<Arc<Recommendation>> = ctx.state.recommendations.state();
+    let stored_by_name: BTreeMap<(String, String), &Recommendation> = stored
+        .iter()
+        .map(|r| ((r.namespace().unwrap_or_default(), r.name_any()), &**r))
+        .collect();
+    // Checkpoints: this term's, else what the store holds (a previous leader's).
+    let mut checkpoints = term.checkpoints.clone();
+    for r in &stored {
+        let w = Workload {
+            namespace: r.namespace().unwrap_or_default(),
+            kind: r.spec.target_ref.kind.clone(),
+            name: r.spec.target_ref.name.clone(),
+        };
+        if checkpoints.contains_key(&w) {
+            continue;
+        }
+        if let Some(c) = r
+            .status
+            .as_ref()
+            .and_then(|s| s.checkpoint.as_deref())
+            .and_then(|text| serde_json::from_str::<Checkpoint>(text).ok())
+        {
+            checkpoints.insert(w, c);
+        }
+    }
+    let (prices, largest) = {
+        let catalog = ctx
+            .catalog
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let types = catalog
+            .instance_types(&ctx.catalog_options)
+            .map_err(|e| RoundError::Catalog(e.to_string()))?;
+        (
+            crate::rightsizing::Prices::from_instance_types(&types),
+            types
+                .iter()
+                .map(|t| (t.allocatable.cpu, t.allocatable.memory))
+                .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1))),
+        )
+    };
+    let labels = workload_labels(&snapshot);
+    write_policy_statuses(ctx, &snapshot, &workloads, (&policies, &labels), now).await;
+    let result = recommend_workloads(
+        source,
+        Request {
+            snapshot: &snapshot,
+            workloads: &workloads,
+            policies: &policies,
+            namespaces: &[],
+            history: None,
+            step: DEFAULT_STEP_SECONDS,
+            now: now_s,
+            largest_node: Some(largest),
+            prices,
+            resume: Resume::PerWorkload(checkpoints),
+            keep_hours: false,
+        },
+    )
+    .await;
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.metrics.usage_read_failed();
+            mark_stale(ctx, &stored, &Staleness::Unavailable(e.to_string()), now).await;
+            return Err(e.into());
+        }
+    };
+    ctx.metrics
+        .usage_read(outcome.stats.queries, outcome.stats.samples);
+    let newest = outcome
+        .containers
+        .iter()
+        .filter_map(|c| c.last_sample)
+        .max();
+    if let Some(newest) = newest {
+        ctx.metrics.set_usage_data_age((now_s - newest) as f64);
+    }
+    let staleness = match newest {
+        Some(t) if now_s - t > ctx.settings.usage_stale_after => Staleness::TooOld(now_s - t),
+        _ => Staleness::Fresh,
+    };
+    for (w, p, e) in &outcome.held {
+        tracing::debug!(workload = %format!("{}/{}/{}", w.namespace, w.kind, w.name), policy = %p, error = %e, "held by an unusable policy");
+    }
+    let written = write_recommendations(
+        ctx,
+        &snapshot,
+        &outcome,
+        &staleness,
+        &stored_by_name,
+        (&policies, &labels, &workloads),
+        term,
+        now,
+    )
+    .await?;
+    Ok(written)
+}
+
+/// Marks every stored Recommendation stale (keeping its values), with an Event on the ones
+/// that were not stale before.
+async fn mark_stale<C: CloudProvider>(
+    ctx: &Context<C>,
+    stored: &[Arc<Recommendation>],
+    staleness: &Staleness,
+    now: Timestamp,
+) {
+    ctx.metrics
+        .set_recommendations(RecommendationState::Stale, stored.len());
+    ctx.metrics
+        .set_recommendations(RecommendationState::Actionable, 0);
+    for r in stored {
+        let mut status = r.status.clone().unwrap_or_default();
+        let was_stale = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == condition::STALE && c.status == "True");
+        let stale = staleness.condition(&status.conditions, now);
+        let not_actionable = condition_of(
+            &status.conditions,
+            condition::ACTIONABLE,
+            false,
+            reason::USAGE_UNAVAILABLE,
+            "usage is stale: nothing is acted on".to_string(),
+            now,
+        );
+        status
+            .conditions
+            .retain(|c| c.type_ != condition::STALE && c.type_ != condition::ACTIONABLE);
+        let message = stale.message.clone();
+        status.conditions.push(not_actionable);
+        status.conditions.push(stale);
+        let (ns, name) = (r.namespace().unwrap_or_default(), r.name_any());
+        if let Err(e) = ctx
+            .writer
+            .apply_recommendation_status(&ns, &name, &status)
+            .await
+        {
+            tracing::warn!(recommendation = %format!("{ns}/{name}"), error = %e, "marking stale failed");
+            continue;
+        }
+        if !was_stale {
+            ctx.writer
+                .event(
+                    &super::reference(&**r),
+                    EventType::Warning,
+                    event_reason::USAGE_STALE,
+                    "Rightsizing",
+                    message,
+                )
+                .await;
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write_recommendations<C: CloudProvider>(
+    ctx: &Context<C>,
+    snapshot: &Snapshot,
+    outcome: &Outcome,
+    staleness: &Staleness,
+    stored: &BTreeMap<(String, String), &Recommendation>,
+    (policies, labels, workloads): (&Policies, &Labels, &Workloads),
+    term: &mut Term,
+    now: Timestamp,
+) -> Result<usize, RoundError> {
+    let mut by_workload: BTreeMap<&Workload, Vec<&ContainerOutcome>> = BTreeMap::new();
+    for c in &outcome.containers {
+        by_workload.entry(&c.workload).or_default().push(c);
+    }
+    let mut without: BTreeMap<&Workload, usize> = BTreeMap::new();
+    for (w, _) in &outcome.without_usage {
+        *without.entry(w).or_default() += 1;
+    }
+    let mut written = 0;
+    let (mut actionable, mut stale, mut containers) = (0, 0, 0);
+    for (w, checkpoint) in &outcome.checkpoints {
+        let Some(owner) = owner_of(snapshot, w) else {
+            continue;
+        };
+        let list = by_workload.get(w).cloned().unwrap_or_default();
+        let mode = list
+            .first()
+            .map_or_else(|| governing_mode(policies, labels, w), |c| c.mode);
+        let name = recommendation_name(w);
+        let key = (w.namespace.clone(), name.clone());
+        let previous = stored
+            .get(&key)
+            .and_then(|r| r.status.as_ref())
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let was_stale = previous
+            .iter()
+            .any(|c| c.type_ == condition::STALE && c.status == "True");
+        let policy_ref = list.first().and_then(|c| c.policy.clone()).map(|p| p.name);
+        let object = Recommendation {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(w.namespace.clone()),
+                owner_references: Some(vec![owner.clone()]),
+                ..ObjectMeta::default()
+            },
+            spec: RecommendationSpec {
+                target_ref: TargetReference {
+                    api_version: owner.api_version.clone(),
+                    kind: w.kind.clone(),
+                    name: w.name.clone(),
+                },
+                policy_ref,
+            },
+            status: None,
+        };
+        let same = stored.get(&key).is_some_and(|r| {
+            r.spec == object.spec && r.metadata.owner_references == object.metadata.owner_references
+        });
+        if !same || !term.applied.contains(&key) {
+            ctx.writer.apply_recommendation(&object).await?;
+            term.applied.insert(key.clone());
+        }
+        let status = status_of(
+            w,
+            &list,
+            without.get(w).copied().unwrap_or(0),
+            mode,
+            staleness,
+            Some(checkpoint),
+            &previous,
+            now,
+        );
+        if status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == condition::ACTIONABLE && c.status == "True")
+        {
+            actionable += 1;
+        }
+        let is_stale = *staleness != Staleness::Fresh;
+        stale += usize::from(is_stale);
+        containers += list.len();
+        ctx.writer
+            .apply_recommendation_status(&w.namespace, &name, &status)
+            .await?;
+        term.checkpoints.insert(w.clone(), checkpoint.clone());
+        written += 1;
+        let act = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == condition::ACTIONABLE && c.status == "True");
+        if act
+            && mode == Mode::Auto
+            && list
+                .first()
+                .is_some_and(|c| c.update == UpdateMode::InPlace)
+        {
+            resize_in_place(ctx, snapshot, workloads, w, &list).await;
+        }
+        if is_stale != was_stale {
+            let reference = super::reference(&object);
+            let (type_, reason, note) = if is_stale {
+                let note = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == condition::STALE)
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                (EventType::Warning, event_reason::USAGE_STALE, note)
+            } else {
+                (
+                    EventType::Normal,
+                    event_reason::USAGE_FRESH,
+                    "usage is read again".to_string(),
+                )
+            };
+            ctx.writer
+                .event(&reference, type_, reason, "Rightsizing", note)
+                .await;
+        }
+    }
+    ctx.metrics.set_rightsizing_containers(containers);
+    ctx.metrics
+        .set_recommendations(RecommendationState::Actionable, actionable);
+    ctx.metrics
+        .set_recommendations(RecommendationState::Stale, stale);
+    Ok(written)
+}
+
+/// Auto mode, `InPlace`: resizes the workload's running pods to the recommendation through
+/// the pod `resize` subresource, leaving changes within the hysteresis alone.
+async fn resize_in_place<C: CloudProvider>(
+    ctx: &Context<C>,
+    snapshot: &Snapshot,
+    workloads: &Workloads,
+    w: &Workload,
+    containers: &[&ContainerOutcome],
+) {
+    let targets: BTreeMap<String, Requests> = containers
+        .iter()
+        .map(|c| (c.container.clone(), c.recommendation.recommended))
+        .collect();
+    let min_change = containers.first().map_or(0.1, |c| c.min_change);
+    let pods = snapshot.pods.iter().map(|p| &**p).filter(|p| {
+        workloads
+            .of_pod(
+                p.metadata.namespace.as_deref().unwrap_or("default"),
+                p.metadata.name.as_deref().unwrap_or_default(),
+            )
+            .as_ref()
+            == Some(w)
+    });
+    for resize in crate::actuation::resizes(pods, &targets, min_change) {
+        match ctx.writer.resize_pod(&resize).await {
+            Ok(()) => {
+                ctx.metrics.recommendation_applied(&resize.namespace);
+                tracing::info!(pod = %format!("{}/{}", resize.namespace, resize.pod), "resized in place");
+            }
+            Err(e) => {
+                tracing::warn!(pod = %format!("{}/{}", resize.namespace, resize.pod), error = %e, "in-place resize refused")
+            }
+        }
+    }
+}
+
+/// The mode of a workload without usage: its policy's, else the global one.
+fn governing_mode(policies: &Policies, labels: &Labels, w: &Workload) -> Mode {
+    match policies.govern(w, labels.get(w).unwrap_or(&BTreeMap::new())) {
+        Governance::Governed { policy, .. } => policy.mode,
+        Governance::Held { .. } => Mode::Recommend,
+    }
+}
+
+/// Writes each policy's Ready condition: Active, or Invalid naming the field and value.
+async fn write_policy_statuses<C: CloudProvider>(
+    ctx: &Context<C>,
+    snapshot: &Snapshot,
+    workloads: &Workloads,
+    (policies, labels): (&Policies, &Labels),
+    now: Timestamp,
+) {
+    let mut counts: BTreeMap<PolicyRef, i32> = BTreeMap::new();
+    let none = BTreeMap::new();
+    for w in workloads.templates.keys() {
+        let source = match policies.govern(w, labels.get(w).unwrap_or(&none)) {
+            Governance::Governed { source, .. } => source,
+            Governance::Held { source, .. } => Some(source),
+        };
+        if let Some(p) = source {
+            *counts.entry(p).or_default() += 1;
+        }
+    }
+    for (p, problem) in policies.problems() {
+        let Some(object) = snapshot.rightsizing_policies.iter().find(|o| {
+            o.metadata.namespace.as_deref() == Some(p.namespace.as_str())
+                && o.metadata.name.as_deref() == Some(p.name.as_str())
+        }) else {
+            continue;
+        };
+        let previous = object
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let ready = match &problem {
+            None => condition_of(
+                &previous,
+                policy_condition::READY,
+                true,
+                policy_reason::ACTIVE,
+                "the policy is valid and in use".to_string(),
+                now,
+            ),
+            Some(e) => condition_of(
+                &previous,
+                policy_condition::READY,
+                false,
+                policy_reason::INVALID,
+                format!("{e}: nothing is recommended or applied under this policy"),
+                now,
+            ),
+        };
+        let status = RightsizingPolicyStatus {
+            conditions: vec![ready],
+            observed_generation: object.metadata.generation,
+            workloads: counts.get(&p).copied().unwrap_or(0),
+        };
+        if object.status.as_ref() == Some(&status) {
+            continue;
+        }
+        if problem.is_some()
+            && object.status.as_ref().map(|s| &s.conditions) != Some(&status.conditions)
+        {
+            ctx.writer
+                .event(
+                    &super::reference(object),
+                    EventType::Warning,
+                    policy_reason::INVALID,
+                    "Rightsizing",
+                    status.conditions[0].message.clone(),
+                )
+                .await;
+        }
+        if let Err(e) = ctx
+            .writer
+            .apply_rightsizing_policy_status(&p.namespace, &p.name, &status)
+            .await
+        {
+            tracing::warn!(policy = %p, error = %e, "writing the policy status failed");
+        }
+    }
+}

@@ -1,0 +1,734 @@
+//! End-to-end tests of right-sizing in the cluster: `tailor run` against a real control
+//! plane (with the kubelet stand-in running the pods) and a real Prometheus backfilled with
+//! usage of the test workloads' pods.
+//!
+//! Each test starts its own control plane, Prometheus and agents; they run one at a time.
+
+#[path = "support/bin.rs"]
+mod bin;
+#[path = "support/control_plane.rs"]
+mod control_plane;
+#[path = "support/prometheus.rs"]
+mod prometheus_server;
+
+use std::collections::BTreeMap;
+use std::f64::consts::PI;
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use control_plane::{Agent, ControlPlane, eventually, list};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::ResourceExt;
+use kube::api::Api;
+use prometheus_server::{TestPrometheus, start_prometheus};
+use tailor::apis::{Recommendation, RightsizingPolicy};
+
+/// One control plane at a time: each is a handful of processes on a two-core machine.
+static SERIAL: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(|| tokio::sync::Mutex::new(()));
+
+const DAY: i64 = 86_400;
+const MIB: f64 = 1_048_576.0;
+
+/// A node the kubelet stand-in runs, roomy enough for every test pod.
+const NODE: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: fake-1
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {kubernetes.io/hostname: fake-1, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+status:
+  capacity: {cpu: "32", memory: 128Gi, pods: "110"}
+  allocatable: {cpu: "32", memory: 128Gi, pods: "110"}
+"#;
+
+fn deployment(ns: &str, name: &str, replicas: i32, cpu: &str, memory: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}, labels: {{app: {name}}}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: app
+        image: registry.example/{name}:1
+        resources: {{requests: {{cpu: "{cpu}", memory: "{memory}"}}}}
+"#
+    )
+}
+
+/// The workloads: `web` and `api` with three days of usage, `fresh` with six hours (too
+/// little to act on).
+fn workloads() -> String {
+    [
+        NODE.to_string(),
+        deployment("default", "web", 2, "1", "1Gi"),
+        deployment("default", "api", 1, "500m", "512Mi"),
+        deployment("default", "fresh", 1, "250m", "256Mi"),
+    ]
+    .join("\n---\n")
+}
+
+/// Usage history ending now, one-minute samples: pods named as the Deployments' pods are
+/// (`<deployment>-<hash>-<suffix>`), so they map to their Deployment.
+fn history(containers: &[(&str, &str, f64, f64, i64)]) -> (String, i64) {
+    let end = jiff::Timestamp::now().as_second() / 60 * 60 - 60;
+    let mut om = String::from("# TYPE container_cpu_usage_seconds counter\n");
+    for (ns, pod, cores, _, span) in containers {
+        let mut total = 0.0;
+        for t in (end - span..=end).step_by(60) {
+            total += cores * (1.0 + 0.5 * (2.0 * PI * (t % DAY) as f64 / DAY as f64).sin()) * 60.0;
+            let _ = writeln!(
+                om,
+                "container_cpu_usage_seconds_total{{namespace=\"{ns}\",pod=\"{pod}\",container=\"app\"}} {total} {t}"
+            );
+        }
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for (ns, pod, _, mib, span) in containers {
+        for t in (end - span..=end).step_by(60) {
+            let v = ((mib + 30.0 * (2.0 * PI * (t % DAY) as f64 / DAY as f64).cos()) * MIB).round();
+            let _ = writeln!(
+                om,
+                "container_memory_working_set_bytes{{namespace=\"{ns}\",pod=\"{pod}\",container=\"app\"}} {v} {t}"
+            );
+        }
+    }
+    om.push_str("# EOF\n");
+    (om, end)
+}
+
+fn usage() -> String {
+    history(&[
+        ("default", "web-5d8f7c9b4-abcde", 0.2, 300.0, 3 * DAY),
+        ("default", "web-5d8f7c9b4-fghij", 0.25, 320.0, 3 * DAY),
+        ("default", "api-7c6b5d4f8-klmno", 0.1, 200.0, 3 * DAY),
+        ("default", "fresh-6f5e4d3c2-pqrst", 0.05, 100.0, 6 * 3600),
+        ("other", "batch-8e7d6c5b4-uvwxy", 0.3, 400.0, 3 * DAY),
+    ])
+    .0
+}
+
+/// Requests and restarts of every pod, by name: what "no pod changes" compares.
+async fn pod_state(cp: &ControlPlane, ns: &str) -> BTreeMap<String, String> {
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), ns);
+    list(&pods)
+        .await
+        .iter()
+        .map(|p| {
+            let spec = p.spec.as_ref().map(|s| {
+                s.containers
+                    .iter()
+                    .map(|c| format!("{:?}", c.resources))
+                    .collect::<Vec<_>>()
+            });
+            let restarts: i32 = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum());
+            (
+                p.name_any(),
+                format!("{spec:?} restarts={restarts} uid={:?}", p.uid()),
+            )
+        })
+        .collect()
+}
+
+async fn wait_pods_running(cp: &ControlPlane, ns: &str, count: usize) {
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), ns);
+    eventually(
+        Duration::from_secs(90),
+        &format!("{count} pods Running in {ns}"),
+        || async {
+            let listed = list(&pods).await;
+            let running = listed
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            (running == count).then_some(())
+        },
+    )
+    .await;
+}
+
+fn condition<'a>(r: &'a Recommendation, type_: &str) -> Option<&'a str> {
+    r.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+fn condition_reason(r: &Recommendation, type_: &str) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .unwrap_or_default()
+}
+
+async fn recommendation(cp: &ControlPlane, ns: &str, name: &str) -> Option<Recommendation> {
+    Api::<Recommendation>::namespaced(cp.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The value of a metric line starting with `prefix` in `/metrics` text (0 when absent).
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn agent_flags(prometheus: &TestPrometheus, interval: &str) -> Vec<String> {
+    vec![
+        "--prometheus-url".to_string(),
+        prometheus.url.clone(),
+        "--rightsizing-interval".to_string(),
+        interval.to_string(),
+    ]
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Starts a control plane with the workloads running and Prometheus over their history.
+async fn cluster() -> (ControlPlane, TestPrometheus) {
+    let prometheus = start_prometheus(&usage()).await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(&workloads()).await;
+    wait_pods_running(&cp, "default", 4).await;
+    (cp, prometheus)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_recommend_mode_every_workload_gets_the_recommendation_tailor_recommend_computes_and_no_pod_changes()
+ {
+    let _serial = SERIAL.lock().await;
+    let (cp, prometheus) = cluster().await;
+    let before = pod_state(&cp, "default").await;
+    // One round only: the values are those of a whole-history read at its time.
+    let flags = agent_flags(&prometheus, "1h");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+
+    let recs: Api<Recommendation> = Api::namespaced(cp.client.clone(), "default");
+    let all = eventually(Duration::from_secs(60), "three Recommendations", || async {
+        let l = list(&recs).await;
+        (l.len() == 3 && l.iter().all(|r| condition(r, "Stale").is_some())).then_some(l)
+    })
+    .await;
+    let by_name: BTreeMap<String, Recommendation> =
+        all.into_iter().map(|r| (r.name_any(), r)).collect();
+    let web = &by_name["deployment-web"];
+    let fresh = &by_name["deployment-fresh"];
+    assert_eq!(condition(web, "Ready"), Some("True"), "{web:?}");
+    assert_eq!(
+        condition(web, "Actionable"),
+        Some("True"),
+        "{}",
+        condition_reason(web, "Actionable")
+    );
+    assert_eq!(condition(web, "Stale"), Some("False"));
+    // Six hours of history: reported, not actionable.
+    assert_eq!(condition(fresh, "Ready"), Some("True"));
+    assert_eq!(
+        condition(fresh, "Actionable"),
+        Some("False"),
+        "{}",
+        condition_reason(fresh, "Actionable")
+    );
+    assert!(condition_reason(fresh, "Actionable").contains("InsufficientHistory"));
+    // Owned by its workload, so it is garbage-collected with it.
+    let owner = &web.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Deployment", "web")
+    );
+    let status = web.status.clone().expect("status");
+    assert_eq!(status.mode.as_deref(), Some("Recommend"));
+    let summary = status.summary.clone().expect("summary");
+    assert_eq!(summary.workload, "Deployment/web");
+    assert!(
+        summary.cpu.contains("->") && summary.memory.contains("->"),
+        "{summary:?}"
+    );
+    assert!(
+        status.checkpoint.is_some(),
+        "the histograms are checkpointed"
+    );
+
+    // `tailor recommend` on the same cluster, data and time computes the same values.
+    let until = status.usage_read_until.expect("read until");
+    let now = jiff::Timestamp::from_second(until)
+        .expect("valid")
+        .to_string();
+    let (url, kubeconfig) = (prometheus.url.clone(), cp.kubeconfig.clone());
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        bin::tailor(&[
+            "recommend",
+            "--prometheus-url",
+            &url,
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf-8"),
+            "-n",
+            "default",
+            "--now",
+            &now,
+            "-o",
+            "json",
+        ])
+    })
+    .await
+    .expect("joined");
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let entries = report["recommendations"].as_array().expect("a list");
+    assert_eq!(entries.len(), 3, "{stdout}");
+    for e in entries {
+        let name = format!(
+            "deployment-{}",
+            e["workload"]["name"].as_str().expect("name")
+        );
+        let rec = &by_name[&name];
+        let c = &rec.status.as_ref().expect("status").containers[0];
+        for resource in ["cpu", "memory"] {
+            assert_eq!(
+                e["recommended"]["requests"][resource].as_str(),
+                c.recommended.requests.get(resource).map(|q| q.0.as_str()),
+                "{name} {resource}: tailor recommend vs the Recommendation"
+            );
+        }
+        assert_eq!(
+            e["actionable"].as_bool(),
+            Some(condition(rec, "Actionable") == Some("True"))
+        );
+    }
+    // Printer columns make `kubectl get recommendations` a report.
+    let crd = tailor::apis::crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "Recommendation")
+        .expect("the CRD");
+    let columns: Vec<String> = crd.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect();
+    for wanted in [
+        "Workload",
+        "Containers",
+        "CPU",
+        "Memory",
+        "$/Month",
+        "Confidence",
+        "Mode",
+    ] {
+        assert!(columns.contains(&wanted.to_string()), "{columns:?}");
+    }
+    // Nothing about the pods changed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(pod_state(&cp, "default").await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_prometheus_stops_recommendations_turn_stale_with_an_event_and_recover_when_it_returns()
+ {
+    let _serial = SERIAL.lock().await;
+    let (cp, mut prometheus) = cluster().await;
+    let before = pod_state(&cp, "default").await;
+    let flags = agent_flags(&prometheus, "2s");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+    let fresh = eventually(
+        Duration::from_secs(60),
+        "a fresh Recommendation",
+        || async {
+            let r = recommendation(&cp, "default", "deployment-web").await?;
+            (condition(&r, "Stale") == Some("False")).then_some(r)
+        },
+    )
+    .await;
+    let values = fresh.status.as_ref().expect("status").containers.clone();
+
+    prometheus.stop();
+    let stale = eventually(
+        Duration::from_secs(60),
+        "a stale Recommendation",
+        || async {
+            let r = recommendation(&cp, "default", "deployment-web").await?;
+            (condition(&r, "Stale") == Some("True")).then_some(r)
+        },
+    )
+    .await;
+    assert!(
+        condition_reason(&stale, "Stale").starts_with("UsageUnavailable"),
+        "{}",
+        condition_reason(&stale, "Stale")
+    );
+    assert_eq!(condition(&stale, "Actionable"), Some("False"));
+    // The last good values are kept.
+    assert_eq!(stale.status.as_ref().expect("status").containers, values);
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    eventually(Duration::from_secs(30), "a UsageStale event", || async {
+        list(&events)
+            .await
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("UsageStale")
+                    && e.involved_object.name.as_deref() == Some("deployment-web")
+            })
+            .then_some(())
+    })
+    .await;
+    let metrics = agent.metrics().await;
+    assert!(
+        metric(&metrics, "tailor_usage_read_failures_total") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(&metrics, "tailor_recommendations{state=\"stale\"") >= 1.0,
+        "{metrics}"
+    );
+
+    let stale_until = stale.status.as_ref().and_then(|s| s.usage_read_until);
+    prometheus.restart().await;
+    let recovered = eventually(
+        Duration::from_secs(60),
+        "a fresh Recommendation again",
+        || async {
+            let r = recommendation(&cp, "default", "deployment-web").await?;
+            (condition(&r, "Stale") == Some("False")).then_some(r)
+        },
+    )
+    .await;
+    assert!(recovered.status.as_ref().and_then(|s| s.usage_read_until) > stale_until);
+    assert_eq!(pod_state(&cp, "default").await, before, "no pod changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_continues_from_the_checkpoints_instead_of_reading_the_whole_history() {
+    let _serial = SERIAL.lock().await;
+    let (cp, prometheus) = cluster().await;
+    let flags = agent_flags(&prometheus, "2s");
+    let mut a = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    a.wait_ready().await;
+    // The first leader reads the whole history once.
+    let first = eventually(
+        Duration::from_secs(60),
+        "the first leader's round",
+        || async {
+            recommendation(&cp, "default", "deployment-web").await?;
+            let m = a.metrics().await;
+            let samples = metric(&m, "tailor_usage_samples_read_total");
+            (samples > 0.0).then_some(samples)
+        },
+    )
+    .await;
+    let b = Agent::start(&cp, "agent-b", &as_strs(&flags));
+    b.wait_ready().await;
+    let until_before = recommendation(&cp, "default", "deployment-web")
+        .await
+        .and_then(|r| r.status?.usage_read_until)
+        .expect("read until");
+    a.kill();
+    // The follower takes over and keeps the Recommendations current.
+    eventually(
+        Duration::from_secs(60),
+        "the new leader's rounds",
+        || async {
+            let m = b.metrics().await;
+            (metric(&m, "tailor_usage_queries_total") >= 2.0).then_some(())
+        },
+    )
+    .await;
+    let after = eventually(Duration::from_secs(30), "a newer read", || async {
+        let r = recommendation(&cp, "default", "deployment-web").await?;
+        (r.status.as_ref()?.usage_read_until? > until_before).then_some(r)
+    })
+    .await;
+    let read_by_b = metric(&b.metrics().await, "tailor_usage_samples_read_total");
+    assert!(
+        read_by_b * 20.0 < first,
+        "the new leader read {read_by_b} samples, the first {first}: it did not resume"
+    );
+    // The continued histogram holds the whole history.
+    let checkpoint: serde_json::Value = serde_json::from_str(
+        after
+            .status
+            .as_ref()
+            .and_then(|s| s.checkpoint.as_deref())
+            .expect("checkpoint"),
+    )
+    .expect("JSON");
+    let samples = checkpoint["containers"][0]["history"]["samples"]
+        .as_f64()
+        .expect("samples");
+    assert!(samples >= 3.0 * 288.0, "{samples} samples: a cold start");
+    assert_eq!(condition(&after, "Stale"), Some("False"));
+}
+
+const TOO_TIGHT: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: too-tight, namespace: default}
+spec:
+  selector: {matchLabels: {app: web}}
+  mode: Auto
+  memory: {min: 2Gi, max: 1Gi}
+"#;
+
+const BAD_SELECTOR: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: bad-selector, namespace: other}
+spec:
+  selector:
+    matchExpressions: [{key: app, operator: Sometimes, values: [batch]}]
+  mode: Auto
+"#;
+
+const UNKNOWN_MODE: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: unknown-mode, namespace: default}
+spec:
+  mode: Whenever
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_policies_are_refused_or_reported_and_nothing_is_recommended_under_them() {
+    let _serial = SERIAL.lock().await;
+    let prometheus = start_prometheus(&usage()).await;
+    let cp = ControlPlane::start().await;
+    // An unknown mode is refused by the schema, naming the field and the value.
+    let refused = cp.try_create(UNKNOWN_MODE).await.expect_err("refused");
+    assert!(
+        refused.contains("spec.mode") && refused.contains("Whenever"),
+        "{refused}"
+    );
+    cp.apply_yaml(&workloads()).await;
+    cp.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n")
+        .await;
+    cp.apply_yaml(&deployment("other", "batch", 1, "1", "1Gi"))
+        .await;
+    cp.apply_yaml(TOO_TIGHT).await;
+    cp.apply_yaml(BAD_SELECTOR).await;
+    wait_pods_running(&cp, "default", 4).await;
+    wait_pods_running(&cp, "other", 1).await;
+    let before = (
+        pod_state(&cp, "default").await,
+        pod_state(&cp, "other").await,
+    );
+    let flags = agent_flags(&prometheus, "2s");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+
+    let policies: Api<RightsizingPolicy> = Api::all(cp.client.clone());
+    let reported = eventually(
+        Duration::from_secs(60),
+        "both policies reported",
+        || async {
+            let l = list(&policies).await;
+            let invalid: Vec<String> = l
+                .iter()
+                .filter_map(|p| {
+                    let c = p.status.as_ref()?.conditions.first()?;
+                    (c.status == "False" && c.reason == "Invalid")
+                        .then(|| format!("{}: {}", p.name_any(), c.message))
+                })
+                .collect();
+            (invalid.len() == 2).then_some(invalid)
+        },
+    )
+    .await;
+    let text = reported.join("\n");
+    assert!(
+        text.contains("too-tight: ") && text.contains("spec.memory.min"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bad-selector: ")
+            && text.contains("spec.selector")
+            && text.contains("Sometimes"),
+        "{text}"
+    );
+    // Workloads the policies govern get nothing; the others are right-sized as usual.
+    eventually(Duration::from_secs(60), "api's Recommendation", || async {
+        recommendation(&cp, "default", "deployment-api").await
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        recommendation(&cp, "default", "deployment-web")
+            .await
+            .is_none()
+    );
+    assert!(
+        recommendation(&cp, "other", "deployment-batch")
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        (
+            pod_state(&cp, "default").await,
+            pod_state(&cp, "other").await
+        ),
+        before,
+        "nothing applied"
+    );
+}
+
+const AUTO_IN_PLACE: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: default, namespace: default}
+spec:
+  mode: Auto
+  update: {mode: InPlace, maxStepFraction: 1.0}
+"#;
+
+const HPA_ON_CPU: &str = r#"
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: api, namespace: default}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: api}
+  minReplicas: 1
+  maxReplicas: 3
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+"#;
+
+/// Requests of a pod's first container in spec and in status, and its restarts.
+type PodResources = (BTreeMap<String, String>, BTreeMap<String, String>, i32);
+
+/// Requests of a pod's first container in spec and in status, and its restarts.
+fn pod_resources(p: &Pod) -> PodResources {
+    let q =
+        |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+            m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+                .unwrap_or_default()
+        };
+    let spec = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers[0].resources.as_ref());
+    let status = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first());
+    (
+        q(spec.and_then(|r| r.requests.as_ref())),
+        q(status
+            .and_then(|c| c.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())),
+        status.map_or(0, |c| c.restart_count),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa_cpu_is_left_alone()
+{
+    let _serial = SERIAL.lock().await;
+    let (cp, prometheus) = cluster().await;
+    cp.apply_yaml(HPA_ON_CPU).await;
+    cp.apply_yaml(AUTO_IN_PLACE).await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let before: BTreeMap<String, (Option<String>, PodResources)> = list(&pods)
+        .await
+        .iter()
+        .map(|p| (p.name_any(), (p.uid(), pod_resources(p))))
+        .collect();
+    let flags = agent_flags(&prometheus, "3s");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
+        let r = recommendation(&cp, "default", "deployment-web").await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(r)
+    })
+    .await;
+    let want = |r: &Recommendation| -> BTreeMap<String, String> {
+        r.status.as_ref().expect("status").containers[0]
+            .recommended
+            .requests
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect()
+    };
+    let web_target = want(&web);
+    assert_ne!(
+        web_target,
+        before.values().next().expect("a pod").1.0,
+        "a change to make"
+    );
+    // Every web pod is resized, spec and status, with no restart and no new pod.
+    eventually(
+        Duration::from_secs(60),
+        "web pods resized in place",
+        || async {
+            let now = list(&pods).await;
+            let webs: Vec<&Pod> = now
+                .iter()
+                .filter(|p| p.name_any().starts_with("web-"))
+                .collect();
+            (webs.len() == 2
+                && webs.iter().all(|p| {
+                    let (spec, status, restarts) = pod_resources(p);
+                    spec == web_target && status == web_target && restarts == 0
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    let after = list(&pods).await;
+    for p in &after {
+        let (uid, _) = &before[&p.name_any()];
+        assert_eq!(&p.uid(), uid, "{} was not replaced", p.name_any());
+    }
+    // The HPA scales api on CPU: its CPU request stays, its memory is right-sized.
+    let api = eventually(Duration::from_secs(30), "api's Recommendation", || async {
+        recommendation(&cp, "default", "deployment-api").await
+    })
+    .await;
+    let api_target = want(&api);
+    assert_eq!(
+        api_target.get("cpu").map(String::as_str),
+        Some("500m"),
+        "{api_target:?}"
+    );
+    assert_ne!(api_target.get("memory").map(String::as_str), Some("512Mi"));
+    eventually(Duration::from_secs(60), "api's memory resized", || async {
+        let now = list(&pods).await;
+        let p = now.iter().find(|p| p.name_any().starts_with("api-"))?;
+        let (spec, status, _) = pod_resources(p);
+        (spec == api_target && status == api_target).then_some(())
+    })
+    .await;
+    // Too little history: the fresh workload's pod is not touched.
+    let fresh_now = after
+        .iter()
+        .find(|p| p.name_any().starts_with("fresh-"))
+        .expect("fresh pod");
+    assert_eq!(pod_resources(fresh_now), before[&fresh_now.name_any()].1);
+    let metrics = agent.metrics().await;
+    assert!(
+        metric(&metrics, "tailor_recommendations_applied_total") >= 3.0,
+        "{metrics}"
+    );
+}
