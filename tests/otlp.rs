@@ -175,8 +175,7 @@ async fn spans_past_the_bounded_queue_are_dropped_at_once_and_counted_with_faile
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_whose_collector_is_down_or_hangs_keeps_provisioning_and_counts_what_it_drops()
-{
+async fn an_agent_whose_collector_is_down_or_hangs_keeps_provisioning_and_counts_what_it_drops() {
     use control_plane::{Agent, ControlPlane, eventually, list};
     use k8s_openapi::api::core::v1::Pod;
     let cp = ControlPlane::start().await;
@@ -196,7 +195,10 @@ async fn an_agent_whose_collector_is_down_or_hangs_keeps_provisioning_and_counts
             &env,
         )
     };
-    let agents = [start("otlp-down", &unreachable), start("otlp-hangs", &hanging)];
+    let agents = [
+        start("otlp-down", &unreachable),
+        start("otlp-hangs", &hanging),
+    ];
     for agent in &agents {
         agent.wait_ready().await;
     }
@@ -226,14 +228,18 @@ async fn an_agent_whose_collector_is_down_or_hangs_keeps_provisioning_and_counts
     }
     // And the leader provisions meanwhile.
     let pods: kube::Api<Pod> = kube::Api::namespaced(cp.client.clone(), "default");
-    eventually(std::time::Duration::from_secs(90), "3 pods Running", || async {
-        let running = list(&pods)
-            .await
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        (running == 3).then_some(())
-    })
+    eventually(
+        std::time::Duration::from_secs(90),
+        "3 pods Running",
+        || async {
+            let running = list(&pods)
+                .await
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            (running == 3).then_some(())
+        },
+    )
     .await;
     for agent in &agents {
         let health = client

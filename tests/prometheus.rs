@@ -1045,9 +1045,8 @@ async fn a_read_records_each_request_its_failures_by_kind_and_the_age_of_the_new
     for q in ["series", "cpu", "memory", "oom_kills"] {
         let count = format!("tailor_prometheus_query_duration_seconds_count{{query=\"{q}\"}}");
         assert_eq!(series_value(&text, &count), 1.0, "{q}");
-        let errors = format!(
-            "tailor_prometheus_query_errors_total{{query=\"{q}\",kind=\"timeout\"}}"
-        );
+        let errors =
+            format!("tailor_prometheus_query_errors_total{{query=\"{q}\",kind=\"timeout\"}}");
         assert_eq!(series_value(&text, &errors), 0.0, "{q}");
     }
     // rate() over 5 minutes still has two samples up to 4 minutes after the last one.
@@ -1056,7 +1055,11 @@ async fn a_read_records_each_request_its_failures_by_kind_and_the_age_of_the_new
 
     // Failures, each request (retries too) counted by why it failed.
     let cases: [(String, u32, &str); 3] = [
-        (format!("http://127.0.0.1:{}", free_port()), 1, "unreachable"),
+        (
+            format!("http://127.0.0.1:{}", free_port()),
+            1,
+            "unreachable",
+        ),
         (fake_prometheus(|_| Answer::Silent).await, 1, "timeout"),
         (
             fake_prometheus(|_| Answer::Full("text/html", "<html>Sign in</html>".to_string()))

@@ -123,10 +123,7 @@ pub async fn write_client(kubeconfig: Option<&Path>) -> Result<Client, ClusterEr
     })
 }
 
-async fn config(
-    kubeconfig: Option<&Path>,
-    context: Option<&str>,
-) -> Result<Config, ClusterError> {
+async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Config, ClusterError> {
     crate::telemetry::install_tls_provider();
     let options = KubeConfigOptions {
         context: context.map(str::to_string),

@@ -584,7 +584,7 @@ impl PrometheusSource {
             final_error(
                 QueryError::TooLarge,
                 format!(
-                "the answer from {url} is {size} bytes or more, larger than the {cap} bytes \
+                    "the answer from {url} is {size} bytes or more, larger than the {cap} bytes \
                  read at most (--prometheus-max-response-bytes); fewer points per query \
                  make smaller answers"
                 ),
@@ -603,10 +603,13 @@ impl PrometheusSource {
             body.extend_from_slice(&chunk);
         }
         if html || body.trim_ascii_start().starts_with(b"<") {
-            return Err(final_error(QueryError::NotPrometheus, format!(
-                "HTTP {status} from {url}: the answer is HTML, not the Prometheus API \
+            return Err(final_error(
+                QueryError::NotPrometheus,
+                format!(
+                    "HTTP {status} from {url}: the answer is HTML, not the Prometheus API \
                  (a login page or a proxy?): check --prometheus-url and the auth settings"
-            )));
+                ),
+            ));
         }
         let decoded: ApiResponse<T> = match serde_json::from_slice(&body) {
             Ok(d) => d,
@@ -618,9 +621,10 @@ impl PrometheusSource {
                 ));
             }
             Err(e) => {
-                return Err(final_error(QueryError::NotPrometheus, format!(
-                    "HTTP {status} from {url}: the answer is not the Prometheus API: {e}"
-                )));
+                return Err(final_error(
+                    QueryError::NotPrometheus,
+                    format!("HTTP {status} from {url}: the answer is not the Prometheus API: {e}"),
+                ));
             }
         };
         if decoded.status != "success" {
