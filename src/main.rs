@@ -16,12 +16,22 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     let Cli { log, command } = Cli::parse();
     // The agent logs in the format it is told and pushes OTLP when a collector is set.
+    // The standard OpenTelemetry variables: the collector, the push interval and the span
+    // queue (milliseconds and spans, as the specification gives them).
+    let variable = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let number = |name: &str| -> anyhow::Result<Option<u64>> {
+        variable(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<u64>()
+                    .with_context(|| format!("{name}={v:?} is not a whole number"))
+            })
+            .transpose()
+    };
     let (json_logs, otlp_endpoint) = match &command {
         cli::Command::Run(args) => (
             args.log_format == cli::run::LogFormat::Json,
-            std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-                .ok()
-                .filter(|e| !e.is_empty()),
+            variable("OTEL_EXPORTER_OTLP_ENDPOINT"),
         ),
         _ => (false, None),
     };
@@ -29,7 +39,12 @@ fn main() -> anyhow::Result<()> {
         log_filter: Some(log),
         json_logs,
         otlp_endpoint,
-        ..TelemetrySettings::default()
+        otlp_interval: number("OTEL_METRIC_EXPORT_INTERVAL")?
+            .filter(|ms| *ms > 0)
+            .map(std::time::Duration::from_millis),
+        span_queue: number("OTEL_BSP_MAX_QUEUE_SIZE")?
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| *n > 0),
     })
     .context("setting up logging")?;
     let stdout = std::io::stdout();

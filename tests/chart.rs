@@ -6,64 +6,17 @@
 //! and the dashboards, alert rules and CRDs embedded unchanged. Bad values fail with a
 //! message naming the value.
 
+#[path = "support/helm.rs"]
+mod helm;
 #[path = "support/observability.rs"]
 mod observability;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
+use helm::render;
 use observability::{files, repo};
-use serde::Deserialize as _;
 use serde_yaml::Value;
-
-/// The helm binary, built once (cached under ~/.cache/tailor-e2e). A test that needs it
-/// fails when it cannot be built; it never passes silently.
-fn helm() -> &'static Path {
-    static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        let out = Command::new(repo().join("scripts/helm"))
-            .arg("build")
-            .output()
-            .expect("scripts/helm runs");
-        assert!(
-            out.status.success(),
-            "building helm failed (needs Go and the module proxy): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    })
-}
-
-/// Renders `chart` with `values` (YAML); Ok(objects) or Err(helm's message).
-fn render(chart: &str, values: &str) -> Result<Vec<Value>, String> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values).expect("write values");
-    let out = Command::new(helm())
-        .args(["template", "tailor"])
-        .arg(repo().join("deploy/charts").join(chart))
-        .args(["--namespace", "tailor", "--include-crds", "--values"])
-        .arg(&file)
-        .env("HELM_CACHE_HOME", dir.path().join("cache"))
-        .env("HELM_CONFIG_HOME", dir.path().join("config"))
-        .env("HELM_DATA_HOME", dir.path().join("data"))
-        .output()
-        .expect("helm runs");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut objects = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = Value::deserialize(doc).map_err(|e| format!("{e}: {text}"))?;
-        if !v.is_null() {
-            objects.push(v);
-        }
-    }
-    Ok(objects)
-}
 
 fn kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()

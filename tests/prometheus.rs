@@ -1014,3 +1014,80 @@ fn windows_and_steps_out_of_bounds_are_refused() {
         assert!(err.to_string().contains(message), "{err}");
     }
 }
+
+/// A value of Tailor's `/metrics` text, by series (name and labels as exposed).
+fn series_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_records_each_request_its_failures_by_kind_and_the_age_of_the_newest_sample() {
+    use tailor::telemetry::Metrics;
+    let meter = || opentelemetry::global::meter("test");
+    let f = fixture();
+    let server = start_prometheus(&f.openmetrics).await;
+    let metrics = Metrics::new(&meter());
+    let source = PrometheusSource::new(PrometheusSettings::new(&server.url))
+        .expect("source builds")
+        .with_metrics(metrics.clone());
+    // The read ends an hour after the last sample: the newest usage is about that old.
+    let query = UsageQuery {
+        namespaces: Vec::new(),
+        start: f.start + 600,
+        end: f.end + 3600,
+        step: 60,
+    };
+    source.usage(&query).await.expect("usage reads");
+    let text = metrics.render();
+    for q in ["series", "cpu", "memory", "oom_kills"] {
+        let count = format!("tailor_prometheus_query_duration_seconds_count{{query=\"{q}\"}}");
+        assert_eq!(series_value(&text, &count), 1.0, "{q}");
+        let errors =
+            format!("tailor_prometheus_query_errors_total{{query=\"{q}\",kind=\"timeout\"}}");
+        assert_eq!(series_value(&text, &errors), 0.0, "{q}");
+    }
+    // rate() over 5 minutes still has two samples up to 4 minutes after the last one.
+    let age = series_value(&text, "tailor_usage_data_age_seconds");
+    assert!((3000.0..=3600.0).contains(&age), "data age {age}");
+
+    // Failures, each request (retries too) counted by why it failed.
+    let cases: [(String, u32, &str); 3] = [
+        (
+            format!("http://127.0.0.1:{}", free_port()),
+            1,
+            "unreachable",
+        ),
+        (fake_prometheus(|_| Answer::Silent).await, 1, "timeout"),
+        (
+            fake_prometheus(|_| Answer::Full("text/html", "<html>Sign in</html>".to_string()))
+                .await,
+            3,
+            "not_prometheus",
+        ),
+    ];
+    for (url, retries, kind) in cases {
+        let metrics = Metrics::new(&meter());
+        let mut settings = PrometheusSettings::new(&url);
+        settings.retries = retries;
+        settings.timeout = Duration::from_secs(1);
+        let source = PrometheusSource::new(settings)
+            .expect("source builds")
+            .with_metrics(metrics.clone());
+        source.usage(&hour_query()).await.expect_err("fails");
+        let text = metrics.render();
+        // Final failures are not retried; transient ones are, `retries` times.
+        let expected = if kind == "not_prometheus" {
+            1
+        } else {
+            retries + 1
+        };
+        let errors =
+            format!("tailor_prometheus_query_errors_total{{query=\"series\",kind=\"{kind}\"}}");
+        assert_eq!(series_value(&text, &errors), f64::from(expected), "{url}");
+        let count = "tailor_prometheus_query_duration_seconds_count{query=\"series\"}";
+        assert_eq!(series_value(&text, count), f64::from(expected), "{url}");
+    }
+}

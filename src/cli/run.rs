@@ -292,6 +292,9 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
     let (client, server) = crate::state::cluster::client(file, None)
         .await
         .map_err(|e| CliError::Input(e.to_string()))?;
+    let write_client = crate::state::cluster::write_client(file)
+        .await
+        .map_err(|e| CliError::Input(e.to_string()))?;
     let metrics = Metrics::new(&opentelemetry::global::meter("tailor"));
     record_catalog(&metrics, &types);
     let ready = Readiness::default();
@@ -339,7 +342,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         namespace: namespace.clone(),
         ..Settings::default()
     };
-    let writer = Writer::new(client.clone(), leader.clone(), &identity);
+    let writer = Writer::new(write_client, leader.clone(), &identity);
     match cloud {
         CloudArg::Kwok => {
             let _ = azure;

@@ -100,6 +100,30 @@ pub async fn client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
 ) -> Result<(Client, String), ClusterError> {
+    let config = config(kubeconfig, context).await?;
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|e| ClusterError::Config {
+        path: kubeconfig.map(|p| p.display().to_string()),
+        message: e.to_string(),
+    })?;
+    Ok((client, server.trim_end_matches('/').to_string()))
+}
+
+/// A client for the agent's writes: as [`client`], without the client's own retries of
+/// refused requests. kube's default policy retries a 429 up to 15 times with growing
+/// pauses, so an eviction a PodDisruptionBudget refuses would hold a drain for minutes
+/// instead of being tried again on the next pass, and a termination grace period could
+/// not cut in. Every write is retried by its controller's next pass.
+pub async fn write_client(kubeconfig: Option<&Path>) -> Result<Client, ClusterError> {
+    let mut config = config(kubeconfig, None).await?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(|e| ClusterError::Config {
+        path: kubeconfig.map(|p| p.display().to_string()),
+        message: e.to_string(),
+    })
+}
+
+async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Config, ClusterError> {
     crate::telemetry::install_tls_provider();
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
@@ -124,9 +148,7 @@ pub async fn client(
             .await
             .map_err(|e| config_error(e.to_string()))?,
     };
-    let server = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(|e| config_error(e.to_string()))?;
-    Ok((client, server.trim_end_matches('/').to_string()))
+    Ok(config)
 }
 
 /// Lists `kinds` (in `namespaces`, or everywhere when empty) into a snapshot. A Tailor

@@ -4,8 +4,8 @@
 //! [`names::CATALOGUE`], so what is served is exactly what the reference page documents.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{
@@ -19,8 +19,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::names::{
-    self, BlockedReason, CloudOperation, Controller, MetricDef, MetricType, RecommendationState,
-    SavingsSource, Stage, TerminationReason, Usage, When,
+    self, BlockedReason, CloudOperation, Controller, DropReason, MetricDef, MetricType,
+    PrometheusQuery, QueryError, RecommendationState, SavingsSource, Signal, Stage,
+    TerminationReason, Usage, When,
 };
 
 type Labels = Vec<(&'static str, String)>;
@@ -47,7 +48,11 @@ fn buckets(def: &MetricDef) -> &'static [f64] {
         n if n == names::DECISION_DURATION.name || n == names::RECONCILE_DURATION.name => {
             names::DECISION_BUCKETS
         }
-        n if n == names::CLOUD_REQUEST_DURATION.name => names::CALL_BUCKETS,
+        n if n == names::CLOUD_REQUEST_DURATION.name
+            || n == names::PROMETHEUS_QUERY_DURATION.name =>
+        {
+            names::CALL_BUCKETS
+        }
         _ => names::PROVISIONING_BUCKETS,
     }
 }
@@ -62,6 +67,25 @@ fn decision_histogram() -> Histogram {
 
 fn call_histogram() -> Histogram {
     Histogram::new(names::CALL_BUCKETS.iter().copied())
+}
+
+/// What OTLP export dropped, for the whole process: the exporters are built before any
+/// facade and outlive them, so every facade's registry serves this one family.
+static OTLP_DROPPED: LazyLock<Family<Labels, Counter>> = LazyLock::new(Family::default);
+
+/// Counts `n` metric data points or spans that OTLP export dropped. Served at `/metrics`
+/// only: the exporter that dropped them is the one that would carry the count.
+pub fn record_otlp_dropped(signal: Signal, reason: DropReason, n: u64) {
+    OTLP_DROPPED
+        .get_or_create(&otlp_dropped_labels(signal, reason))
+        .inc_by(n);
+}
+
+fn otlp_dropped_labels(signal: Signal, reason: DropReason) -> Labels {
+    vec![
+        (names::label::SIGNAL, signal.as_str().to_string()),
+        (names::label::REASON, reason.as_str().to_string()),
+    ]
 }
 
 /// One registered family, of the type its definition says.
@@ -93,7 +117,11 @@ impl Instrument {
         let unit = otel_unit(def.unit);
         let (prom, otel) = match (def.kind, is_float(&def)) {
             (MetricType::Counter, false) => (
-                Prom::Counter(Family::default()),
+                Prom::Counter(if def.name == names::OTLP_DROPPED.name {
+                    OTLP_DROPPED.clone()
+                } else {
+                    Family::default()
+                }),
                 Otel::Counter(
                     meter
                         .u64_counter(def.name)
@@ -234,6 +262,26 @@ impl Metrics {
         for operation in CloudOperation::ALL {
             for kind in names::CLOUD_ERROR_KINDS {
                 m.add(&names::CLOUD_ERRORS, &[operation.as_str(), kind], 0.0);
+            }
+        }
+        for query in PrometheusQuery::ALL {
+            for error in QueryError::ALL {
+                m.add(
+                    &names::PROMETHEUS_QUERY_ERRORS,
+                    &[query.as_str(), error.as_str()],
+                    0.0,
+                );
+            }
+            // The request rate reads 0 rather than nothing before the first read.
+            if let Some(i) = m.instruments.get(names::PROMETHEUS_QUERY_DURATION.name)
+                && let Prom::Histogram(f) = &i.prom
+            {
+                let _ = f.get_or_create(&i.labels(&[query.as_str()]));
+            }
+        }
+        for signal in Signal::ALL {
+            for reason in DropReason::ALL {
+                let _ = OTLP_DROPPED.get_or_create(&otlp_dropped_labels(*signal, *reason));
             }
         }
         // Unlabelled families have their one series from the start, so a scrape shows 0
@@ -530,6 +578,24 @@ impl Metrics {
     /// Counts OOM kills of containers in `namespace`.
     pub fn oom_kills(&self, namespace: &str, kills: u64) {
         self.add(&names::OOM_KILLS, &[namespace], kills as f64);
+    }
+
+    /// Records how long one request to Prometheus took.
+    pub fn observe_prometheus_query(&self, query: PrometheusQuery, seconds: f64) {
+        self.observe(
+            &names::PROMETHEUS_QUERY_DURATION,
+            &[query.as_str()],
+            seconds,
+        );
+    }
+
+    /// Counts a request to Prometheus that failed.
+    pub fn prometheus_query_failed(&self, query: PrometheusQuery, error: QueryError) {
+        self.add(
+            &names::PROMETHEUS_QUERY_ERRORS,
+            &[query.as_str(), error.as_str()],
+            1.0,
+        );
     }
 
     /// Sets the age of the newest usage sample.

@@ -4,8 +4,10 @@
 //! OTLP export is on when an endpoint is configured (`--otlp-endpoint`, or the standard
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`; the exporter also honours the other standard
 //! `OTEL_EXPORTER_OTLP_*` variables such as headers and timeout). Without one, metrics are
-//! still served in Prometheus text format at `/metrics`.
+//! still served in Prometheus text format at `/metrics`. Export never holds the agent back:
+//! see [`export`].
 
+pub mod export;
 pub mod metrics;
 pub mod names;
 
@@ -56,8 +58,10 @@ pub enum TelemetryError {
 pub struct TelemetrySettings {
     /// OTLP/HTTP base endpoint (`http://collector:4318`); `None` disables OTLP export.
     pub otlp_endpoint: Option<String>,
-    /// How often metrics are pushed.
+    /// How often metrics are pushed; `None` means every 30 s.
     pub otlp_interval: Option<Duration>,
+    /// Most ended spans waiting for export; `None` means [`export::DEFAULT_SPAN_QUEUE`].
+    pub span_queue: Option<usize>,
     /// Log filter in `RUST_LOG` syntax; `None` means `info`.
     pub log_filter: Option<String>,
     /// Emit JSON log lines instead of human-readable ones.
@@ -100,7 +104,7 @@ pub fn otlp_meter_provider(
             endpoint: endpoint.to_string(),
             source,
         })?;
-    let reader = PeriodicReader::builder(exporter)
+    let reader = PeriodicReader::builder(export::CountingMetricExporter::new(exporter))
         .with_interval(interval)
         .build();
     Ok(SdkMeterProvider::builder()
@@ -109,7 +113,12 @@ pub fn otlp_meter_provider(
         .build())
 }
 
-fn otlp_tracer_provider(endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
+/// Builds the OTLP tracer provider for `endpoint` (the base URL; `/v1/traces` is
+/// appended), holding at most `queue` ended spans for export.
+pub fn otlp_tracer_provider(
+    endpoint: &str,
+    queue: usize,
+) -> Result<SdkTracerProvider, TelemetryError> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(signal_url(endpoint, "v1/traces"))
@@ -121,7 +130,7 @@ fn otlp_tracer_provider(endpoint: &str) -> Result<SdkTracerProvider, TelemetryEr
         })?;
     Ok(SdkTracerProvider::builder()
         .with_resource(resource())
-        .with_batch_exporter(exporter)
+        .with_span_processor(export::BoundedSpanProcessor::new(exporter, queue))
         .build())
 }
 
@@ -163,7 +172,10 @@ impl Telemetry {
                 let interval = settings.otlp_interval.unwrap_or(Duration::from_secs(30));
                 (
                     Some(otlp_meter_provider(endpoint, interval)?),
-                    Some(otlp_tracer_provider(endpoint)?),
+                    Some(otlp_tracer_provider(
+                        endpoint,
+                        settings.span_queue.unwrap_or(export::DEFAULT_SPAN_QUEUE),
+                    )?),
                 )
             }
             None => (None, None),

@@ -126,6 +126,10 @@ pub mod label {
     pub const WHEN: &str = "when";
     /// A controller: [`super::Controller`].
     pub const CONTROLLER: &str = "controller";
+    /// An OTLP signal: [`super::Signal`].
+    pub const SIGNAL: &str = "signal";
+    /// A kind of usage query: [`super::PrometheusQuery`].
+    pub const QUERY: &str = "query";
 }
 
 macro_rules! vocabulary {
@@ -369,6 +373,61 @@ vocabulary!(
         Nodeclaim => "nodeclaim",
         /// Orphan instances and claims.
         GarbageCollection => "garbage_collection",
+    }
+);
+
+vocabulary!(
+    /// The requests a usage read sends to Prometheus.
+    PrometheusQuery {
+        /// The container series in the window (`/api/v1/series`).
+        Series => "series",
+        /// CPU usage rates (a range query).
+        Cpu => "cpu",
+        /// Memory peaks per interval (a range query).
+        Memory => "memory",
+        /// OOM kills (a range query).
+        OomKills => "oom_kills",
+    }
+);
+
+vocabulary!(
+    /// Why a request to Prometheus failed (label `kind` of [`PROMETHEUS_QUERY_ERRORS`]).
+    QueryError {
+        /// No answer within the timeout.
+        Timeout => "timeout",
+        /// The connection failed.
+        Unreachable => "unreachable",
+        /// A server error (HTTP 5xx) without an API answer.
+        ServerError => "server_error",
+        /// HTTP 401 or 403: the credentials are wrong.
+        Unauthorized => "unauthorized",
+        /// The answer was larger than the cap.
+        TooLarge => "too_large",
+        /// The answer was not the Prometheus API (HTML, or not its JSON).
+        NotPrometheus => "not_prometheus",
+        /// Prometheus answered with an error for the query.
+        Query => "query",
+    }
+);
+
+vocabulary!(
+    /// An OpenTelemetry signal Tailor exports over OTLP.
+    Signal {
+        /// Metric data points.
+        Metrics => "metrics",
+        /// Spans.
+        Traces => "traces",
+    }
+);
+
+vocabulary!(
+    /// Why OTLP export dropped data (label `reason` of [`OTLP_DROPPED`]).
+    DropReason {
+        /// The collector refused or failed the export, or did not answer within the export
+        /// timeout.
+        ExportFailed => "export_failed",
+        /// The bounded queue of spans waiting for export was full.
+        QueueFull => "queue_full",
     }
 );
 
@@ -639,6 +698,24 @@ metric!(
     "Containers killed for running out of memory"
 );
 metric!(
+    PROMETHEUS_QUERY_DURATION,
+    Rightsizing,
+    "tailor_prometheus_query_duration_seconds",
+    Histogram,
+    "seconds",
+    [l::QUERY],
+    "Seconds one request of a usage read to Prometheus took, answered or not"
+);
+metric!(
+    PROMETHEUS_QUERY_ERRORS,
+    Rightsizing,
+    "tailor_prometheus_query_errors",
+    Counter,
+    "requests",
+    [l::QUERY, l::ERROR_KIND],
+    "Requests of a usage read to Prometheus that failed (each retry counts), by why"
+);
+metric!(
     USAGE_DATA_AGE,
     Rightsizing,
     "tailor_usage_data_age_seconds",
@@ -713,6 +790,15 @@ metric!(
     "Reconciles that ended in an error"
 );
 metric!(
+    OTLP_DROPPED,
+    Agent,
+    "tailor_otlp_dropped",
+    Counter,
+    "points",
+    [l::SIGNAL, l::REASON],
+    "Metric data points and spans OTLP export dropped instead of holding the agent back: the collector failed or did not answer in time, or the span queue was full"
+);
+metric!(
     SNAPSHOT_OBJECTS,
     Agent,
     "tailor_snapshot_objects",
@@ -751,6 +837,8 @@ pub const CATALOGUE: &[MetricDef] = &[
     NAMESPACE_CPU_REQUESTS,
     NAMESPACE_MEMORY_REQUESTS,
     OOM_KILLS,
+    PROMETHEUS_QUERY_DURATION,
+    PROMETHEUS_QUERY_ERRORS,
     USAGE_DATA_AGE,
     USAGE_QUERIES,
     USAGE_SAMPLES_READ,
@@ -759,6 +847,7 @@ pub const CATALOGUE: &[MetricDef] = &[
     LEADER,
     RECONCILE_DURATION,
     RECONCILE_ERRORS,
+    OTLP_DROPPED,
     SNAPSHOT_OBJECTS,
 ];
 
@@ -773,7 +862,9 @@ pub fn label_values(key: &str, metric: &str) -> Option<Vec<&'static str>> {
         l::REASON if metric == DISRUPTION_BLOCKED.name => {
             all(BlockedReason::ALL, BlockedReason::as_str)
         }
+        l::REASON if metric == OTLP_DROPPED.name => all(DropReason::ALL, DropReason::as_str),
         l::REASON => all(TerminationReason::ALL, TerminationReason::as_str),
+        l::SIGNAL => all(Signal::ALL, Signal::as_str),
         l::OPERATION => all(CloudOperation::ALL, CloudOperation::as_str),
         l::DECISION => all(Decision::ALL, Decision::as_str),
         l::METHOD => Some(METHODS.to_vec()),
@@ -785,6 +876,10 @@ pub fn label_values(key: &str, metric: &str) -> Option<Vec<&'static str>> {
         l::WHEN => all(When::ALL, When::as_str),
         l::CONTROLLER => all(Controller::ALL, Controller::as_str),
         l::ERROR_KIND if metric == CLOUD_ERRORS.name => Some(CLOUD_ERROR_KINDS.to_vec()),
+        l::ERROR_KIND if metric == PROMETHEUS_QUERY_ERRORS.name => {
+            all(QueryError::ALL, QueryError::as_str)
+        }
+        l::QUERY => all(PrometheusQuery::ALL, PrometheusQuery::as_str),
         _ => None,
     }
 }

@@ -31,6 +31,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
 use super::{ContainerKey, ReadStats, UsageError, UsageQuery, UsageSink, UsageSource};
+use crate::telemetry::Metrics;
+use crate::telemetry::names::{PrometheusQuery, QueryError};
 
 /// Prometheus refuses range queries of more than 11,000 points per series.
 pub const MAX_POINTS_PER_SERIES: i64 = 11_000;
@@ -253,6 +255,8 @@ fn time_chunks(first: i64, last: i64, step: i64) -> Vec<(i64, i64)> {
 pub struct PrometheusSource {
     http: reqwest::Client,
     settings: Arc<PrometheusSettings>,
+    /// Where each request's duration and failure, and the data's age, are recorded.
+    metrics: Option<Metrics>,
 }
 
 fn settings_error(what: impl std::fmt::Display) -> UsageError {
@@ -293,12 +297,12 @@ struct ApiResponse<T> {
 /// Labels of one series.
 type Labels = std::collections::HashMap<String, String>;
 
-/// How one request failed, and whether trying again can help.
+/// How one request failed, why, and whether trying again can help.
 enum Failure {
     /// Worth retrying: the connection failed, timed out, or the server had a moment.
-    Transient(String),
+    Transient(QueryError, String),
     /// Not worth retrying: the answer says the request or the settings are wrong.
-    Final(UsageError),
+    Final(QueryError, UsageError),
 }
 
 impl PrometheusSource {
@@ -385,7 +389,15 @@ impl PrometheusSource {
         Ok(PrometheusSource {
             http,
             settings: Arc::new(settings),
+            metrics: None,
         })
+    }
+
+    /// Records every request's duration and failure, and the age of the newest sample of
+    /// each read, in `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     fn matchers(&self, namespaces: &[String], group: Option<&Part>) -> Vec<String> {
@@ -536,21 +548,30 @@ impl PrometheusSource {
     /// transient failures with backoff. `what` names the request in errors.
     async fn call<T: DeserializeOwned>(
         &self,
+        query: PrometheusQuery,
         path: &str,
         form: &[(&str, String)],
         what: &str,
     ) -> Result<T, UsageError> {
         let mut attempt = 0;
         loop {
-            match self.attempt(path, form, what).await {
+            let started = std::time::Instant::now();
+            let result = self.attempt(path, form, what).await;
+            if let Some(m) = &self.metrics {
+                m.observe_prometheus_query(query, started.elapsed().as_secs_f64());
+                if let Err(Failure::Final(kind, _) | Failure::Transient(kind, _)) = &result {
+                    m.prometheus_query_failed(query, *kind);
+                }
+            }
+            match result {
                 Ok(data) => return Ok(data),
-                Err(Failure::Final(e)) => return Err(e),
-                Err(Failure::Transient(message)) if attempt < self.settings.retries => {
+                Err(Failure::Final(_, e)) => return Err(e),
+                Err(Failure::Transient(_, message)) if attempt < self.settings.retries => {
                     attempt += 1;
                     tracing::warn!(error = %message, attempt, "prometheus request failed; retrying");
                     tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
                 }
-                Err(Failure::Transient(message)) => {
+                Err(Failure::Transient(_, message)) => {
                     return Err(UsageError::Unavailable {
                         url: self.settings.url.clone(),
                         message: format!("{message} (tried {} times)", self.settings.retries + 1),
@@ -571,16 +592,22 @@ impl PrometheusSource {
         let timeout = self.settings.timeout.as_secs_f64();
         let transport = |e: reqwest::Error| {
             if e.is_timeout() {
-                Failure::Transient(format!("{url} timed out after {timeout} s"))
+                Failure::Transient(
+                    QueryError::Timeout,
+                    format!("{url} timed out after {timeout} s"),
+                )
             } else {
-                Failure::Transient(format!("{url}: {e}"))
+                Failure::Transient(QueryError::Unreachable, format!("{url}: {e}"))
             }
         };
-        let final_error = |message: String| {
-            Failure::Final(UsageError::Unavailable {
-                url: self.settings.url.clone(),
-                message,
-            })
+        let final_error = |kind: QueryError, message: String| {
+            Failure::Final(
+                kind,
+                UsageError::Unavailable {
+                    url: self.settings.url.clone(),
+                    message,
+                },
+            )
         };
         let mut request = self.http.post(&url).form(form);
         if let Some(azure) = &self.settings.azure_auth {
@@ -590,11 +617,14 @@ impl PrometheusSource {
                 .get_token(&[azure.scope.as_str()])
                 .await
                 .map_err(|e| {
-                    final_error(format!(
-                        "no Azure token for {} to query {url}: {}",
-                        azure.scope,
-                        error_chain(&e)
-                    ))
+                    final_error(
+                        QueryError::Unauthorized,
+                        format!(
+                            "no Azure token for {} to query {url}: {}",
+                            azure.scope,
+                            error_chain(&e)
+                        ),
+                    )
                 })?;
             request = request.bearer_auth(token.token.secret());
         }
@@ -613,7 +643,10 @@ impl PrometheusSource {
                          --prometheus-azure-auth)"
                     .to_string(),
             };
-            return Err(final_error(format!("HTTP {status} from {url}: {hint}")));
+            return Err(final_error(
+                QueryError::Unauthorized,
+                format!("HTTP {status} from {url}: {hint}"),
+            ));
         }
         let html = response
             .headers()
@@ -622,11 +655,14 @@ impl PrometheusSource {
             .is_some_and(|v| v.to_ascii_lowercase().contains("html"));
         let cap = self.settings.max_response_bytes;
         let too_large = |size: u64| {
-            final_error(format!(
-                "the answer from {url} is {size} bytes or more, larger than the {cap} bytes \
+            final_error(
+                QueryError::TooLarge,
+                format!(
+                    "the answer from {url} is {size} bytes or more, larger than the {cap} bytes \
                  read at most (--prometheus-max-response-bytes); fewer points per query \
                  make smaller answers"
-            ))
+                ),
+            )
         };
         if let Some(length) = response.content_length()
             && length > cap
@@ -641,34 +677,45 @@ impl PrometheusSource {
             body.extend_from_slice(&chunk);
         }
         if html || body.trim_ascii_start().starts_with(b"<") {
-            return Err(final_error(format!(
-                "HTTP {status} from {url}: the answer is HTML, not the Prometheus API \
+            return Err(final_error(
+                QueryError::NotPrometheus,
+                format!(
+                    "HTTP {status} from {url}: the answer is HTML, not the Prometheus API \
                  (a login page or a proxy?): check --prometheus-url and the auth settings"
-            )));
+                ),
+            ));
         }
         let decoded: ApiResponse<T> = match serde_json::from_slice(&body) {
             Ok(d) => d,
             // A server error without an API answer (a proxy's 502) may pass.
             Err(_) if status.is_server_error() => {
-                return Err(Failure::Transient(format!("HTTP {status} from {url}")));
+                return Err(Failure::Transient(
+                    QueryError::ServerError,
+                    format!("HTTP {status} from {url}"),
+                ));
             }
             Err(e) => {
-                return Err(final_error(format!(
-                    "HTTP {status} from {url}: the answer is not the Prometheus API: {e}"
-                )));
+                return Err(final_error(
+                    QueryError::NotPrometheus,
+                    format!("HTTP {status} from {url}: the answer is not the Prometheus API: {e}"),
+                ));
             }
         };
         if decoded.status != "success" {
-            return Err(Failure::Final(UsageError::Query {
-                url: self.settings.url.clone(),
-                query: what.to_string(),
-                message: decoded.error.unwrap_or(decoded.status),
-            }));
+            return Err(Failure::Final(
+                QueryError::Query,
+                UsageError::Query {
+                    url: self.settings.url.clone(),
+                    query: what.to_string(),
+                    message: decoded.error.unwrap_or(decoded.status),
+                },
+            ));
         }
         decoded.data.ok_or_else(|| {
-            final_error(format!(
-                "HTTP {status} from {url}: a success answer without data"
-            ))
+            final_error(
+                QueryError::NotPrometheus,
+                format!("HTTP {status} from {url}: a success answer without data"),
+            )
         })
     }
 
@@ -681,7 +728,13 @@ impl PrometheusSource {
             ("end", q.end.to_string()),
             ("step", q.step.to_string()),
         ];
-        self.call("/api/v1/query_range", &form, &q.promql).await
+        let kind = match q.metric {
+            Metric::Cpu => PrometheusQuery::Cpu,
+            Metric::Memory => PrometheusQuery::Memory,
+            Metric::Oom => PrometheusQuery::OomKills,
+        };
+        self.call(kind, "/api/v1/query_range", &form, &q.promql)
+            .await
     }
 
     /// The container series (namespace, pod; one entry per container) with memory
@@ -697,7 +750,9 @@ impl PrometheusSource {
             ("start", query.start.to_string()),
             ("end", query.end.to_string()),
         ];
-        let series: Vec<Labels> = self.call("/api/v1/series", &form, &selector).await?;
+        let series: Vec<Labels> = self
+            .call(PrometheusQuery::Series, "/api/v1/series", &form, &selector)
+            .await?;
         let mut keys: Vec<ContainerKey> = series
             .iter()
             .filter_map(|labels| key_of(labels, &self.settings.labels))
@@ -735,6 +790,7 @@ impl UsageSource for PrometheusSource {
             ..ReadStats::default()
         };
         let interval = self.memory_interval(query);
+        let mut newest: Option<i64> = None;
         let permits = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
         let mut set = tokio::task::JoinSet::new();
         for q in plan {
@@ -790,6 +846,9 @@ impl UsageSource for PrometheusSource {
                     }
                 }
                 stats.samples += buf.len() as u64;
+                if metric != Metric::Oom {
+                    newest = newest.max(buf.iter().map(|(t, _)| *t).max());
+                }
                 match metric {
                     Metric::Cpu => sink.cpu(&key, &buf),
                     Metric::Memory => {
@@ -805,6 +864,10 @@ impl UsageSource for PrometheusSource {
                     }
                 }
             }
+        }
+        // How old the freshest usage is: autonomous right-sizing pauses when it is stale.
+        if let (Some(m), Some(newest)) = (&self.metrics, newest) {
+            m.set_usage_data_age((query.end - newest).max(0) as f64);
         }
         Ok(stats)
     }

@@ -225,6 +225,20 @@ impl Agent {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Agent {
+        Agent::start_as(cp, &cp.kubeconfig, "default", name, cloud, extra, env)
+    }
+
+    /// Starts `tailor run` with the identity of `kubeconfig` (the admin's, or a
+    /// ServiceAccount's), its leader-election Lease in `lease_namespace`.
+    pub fn start_as(
+        cp: &ControlPlane,
+        kubeconfig: &Path,
+        lease_namespace: &str,
+        name: &str,
+        cloud: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
         let port = free_port();
         let address = format!("127.0.0.1:{port}");
         let log = cp.dir().join("logs").join(format!("agent-{name}.log"));
@@ -232,7 +246,7 @@ impl Agent {
         let child = Command::new(env!("CARGO_BIN_EXE_tailor"))
             .arg("run")
             .arg("--kubeconfig")
-            .arg(&cp.kubeconfig)
+            .arg(kubeconfig)
             .args(cloud)
             .args([
                 "--cluster-name",
@@ -242,7 +256,7 @@ impl Agent {
                 "--health-address",
                 &address,
                 "--leader-election-namespace",
-                "default",
+                lease_namespace,
             ])
             .args(extra)
             .envs(env.iter().copied())
@@ -265,6 +279,14 @@ impl Agent {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Whether the agent has exited by itself (it is still running otherwise).
+    #[allow(dead_code)] // not every test watches for an exit
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
     }
 
     /// The agent's process id (0 once killed).
