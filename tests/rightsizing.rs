@@ -270,6 +270,18 @@ async fn in_recommend_mode_every_workload_gets_the_recommendation_tailor_recomme
         status.checkpoint.is_some(),
         "the histograms are checkpointed"
     );
+    // The reads are timed and the data's age is known at /metrics.
+    let exported = agent.metrics().await;
+    assert!(
+        metric(&exported, "tailor_prometheus_query_duration_seconds_count") >= 1.0,
+        "no Prometheus request timed:\n{exported}"
+    );
+    assert!(
+        exported
+            .lines()
+            .any(|l| l.starts_with("tailor_usage_data_age_seconds")),
+        "no data age:\n{exported}"
+    );
 
     // `tailor recommend` on the same cluster, data and time computes the same values.
     let until = status.usage_read_until.expect("read until");

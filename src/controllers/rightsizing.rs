@@ -61,7 +61,8 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         return;
     };
     let source = match PrometheusSource::new(settings) {
-        Ok(s) => s,
+        // Each request's duration and failures, and the data's age, reach /metrics.
+        Ok(s) => s.with_metrics(ctx.metrics.clone()),
         Err(e) => {
             tracing::error!(error = %e, "right-sizing is off: the Prometheus settings are unusable");
             return;
