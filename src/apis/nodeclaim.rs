@@ -211,6 +211,15 @@ impl NodeClaimResources {
     }
 }
 
+impl NodeClaim {
+    /// Whether the status holds condition `type_` with status `True`.
+    pub fn condition_true(&self, type_: &str) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| crate::apis::is_condition_true(&s.conditions, type_))
+    }
+}
+
 pub(crate) fn default_expire_after() -> String {
     DEFAULT_EXPIRE_AFTER.to_owned()
 }

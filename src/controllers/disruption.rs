@@ -27,7 +27,7 @@ use kube::runtime::events::EventType;
 use super::provisioning::node_claim_for;
 use super::{Context, reference};
 use crate::apis::nodeclaim::condition;
-use crate::apis::{NodeClaim, NodePool, is_condition_true, labels};
+use crate::apis::{NodeClaim, NodePool, labels};
 use crate::cloud::CloudProvider;
 use crate::disruption::{self, Decision};
 use crate::provisioning::Mode;
@@ -141,13 +141,7 @@ pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
         if let Some(id) = c.annotations().get(REPLACES_ANNOTATION)
             && let Some(cmd) = by_id.get_mut(id)
         {
-            let ready = is_condition_true(
-                &c.status
-                    .as_ref()
-                    .map(|s| s.conditions.clone())
-                    .unwrap_or_default(),
-                condition::INITIALIZED,
-            );
+            let ready = c.condition_true(condition::INITIALIZED);
             cmd.replacements.push((c.name_any(), ready));
         }
     }
@@ -308,15 +302,9 @@ fn settling(claims: &[Arc<NodeClaim>]) -> bool {
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .collect();
     live.is_empty()
-        || live.iter().any(|c| {
-            !is_condition_true(
-                &c.status
-                    .as_ref()
-                    .map(|s| s.conditions.clone())
-                    .unwrap_or_default(),
-                condition::INITIALIZED,
-            )
-        })
+        || live
+            .iter()
+            .any(|c| !c.condition_true(condition::INITIALIZED))
 }
 
 /// The first decision on the cluster now, over Tailor's initialized nodes (the cluster is

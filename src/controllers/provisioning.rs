@@ -17,7 +17,7 @@ use rand::Rng;
 
 use super::{Context, reference, wait_for_change};
 use crate::apis::nodeclaim::{NodeClaimResources, NodeRequirement, RequirementOperator};
-use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, is_condition_true, labels};
+use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, labels};
 use crate::cloud::CloudProvider;
 use crate::disruption::cluster::{node_class_hash, template_hash};
 use crate::model::pod::parse_quantities;
@@ -153,15 +153,7 @@ fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now:
     let launching: BTreeSet<String> = claims
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| {
-            !is_condition_true(
-                &c.status
-                    .as_ref()
-                    .map(|s| s.conditions.clone())
-                    .unwrap_or_default(),
-                crate::apis::nodeclaim::condition::INITIALIZED,
-            )
-        })
+        .filter(|c| !c.condition_true(crate::apis::nodeclaim::condition::INITIALIZED))
         .map(|c| c.name_any())
         .collect();
     let live_claims: BTreeSet<String> = claims
@@ -346,13 +338,10 @@ fn add_in_flight(input: &mut Input, snapshot: &Snapshot) {
         if claim.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let status = claim.status.clone().unwrap_or_default();
-        if is_condition_true(
-            &status.conditions,
-            crate::apis::nodeclaim::condition::INITIALIZED,
-        ) {
+        if claim.condition_true(crate::apis::nodeclaim::condition::INITIALIZED) {
             continue;
         }
+        let status = claim.status.clone().unwrap_or_default();
         let startup: Vec<&str> = claim
             .spec
             .startup_taints

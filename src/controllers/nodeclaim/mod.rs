@@ -112,10 +112,7 @@ pub fn incomplete_batches<'a>(
     claims
         .into_iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| {
-            let conditions = c.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
-            !is_condition_true(conditions, condition::REGISTERED) && !has_node(c)
-        })
+        .filter(|c| !c.condition_true(condition::REGISTERED) && !has_node(c))
         .filter_map(|c| {
             c.annotations()
                 .get(labels::LAUNCH_BATCH_ANNOTATION)
