@@ -426,9 +426,11 @@ fn consolidation(input: &Input, plan: &scheduling::Plan, keep: usize, full: bool
                 .iter()
                 .filter(|k| kept(k))
                 .filter_map(|k| pods.get(k.as_str()))
-                .map(|p| PodInfo {
-                    node_name: Some(c.name.clone()),
-                    ..(*p).clone()
+                .map(|p| {
+                    std::sync::Arc::new(PodInfo {
+                        node_name: Some(c.name.clone()),
+                        ..(*p).clone()
+                    })
                 })
                 .collect(),
             unschedulable: false,

@@ -598,7 +598,7 @@ mod controller {
             self.log.push(format!("evict {pod}"));
             for n in &mut self.cluster.input.nodes {
                 if let Some(i) = n.pods.iter().position(|p| p.key == pod) {
-                    let mut p = n.pods.remove(i);
+                    let mut p = (*n.pods.remove(i)).clone();
                     p.node_name = None;
                     self.cluster.input.pending.push(p);
                 }
@@ -761,10 +761,10 @@ status: {phase: Running}
         );
         d.submit(clock.now(), report.decisions);
         // A pod lands on the empty node during the delay.
-        let mut p = api.cluster.input.nodes[0].pods[0].clone();
+        let mut p = (*api.cluster.input.nodes[0].pods[0]).clone();
         p.key = "shop/web-2".to_string();
         p.node_name = Some("b".to_string());
-        api.cluster.input.nodes[1].pods.push(p);
+        api.cluster.input.nodes[1].pods.push(std::sync::Arc::new(p));
         clock.advance(Duration::from_secs(15));
         let view = api.cluster.clone();
         d.tick(clock.now(), &view, &mut api).await;

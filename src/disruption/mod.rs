@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod controller;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -189,7 +190,7 @@ pub(crate) fn is_daemon(p: &PodInfo) -> bool {
 }
 
 fn movable(n: &ExistingNode) -> impl Iterator<Item = &PodInfo> {
-    n.pods.iter().filter(|p| !is_daemon(p))
+    n.pods.iter().map(|p| &**p).filter(|p| !is_daemon(p))
 }
 
 /// What disruption would do at `cluster.now`.
@@ -651,7 +652,7 @@ impl Work<'_> {
                     if let Some(p) = displaced.get(key) {
                         let mut p = p.clone();
                         p.node_name = Some(n.name.clone());
-                        n.pods.push(p);
+                        n.pods.push(Arc::new(p));
                     }
                 }
             }
@@ -679,7 +680,7 @@ impl Work<'_> {
                 .map(|p| {
                     let mut p = p.clone();
                     p.node_name = Some(name.clone());
-                    p
+                    Arc::new(p)
                 })
                 .collect();
             let mut node_labels = claim.labels.clone();

@@ -3,6 +3,7 @@
 //! catalog; pure.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
 
@@ -63,8 +64,9 @@ pub struct ExistingNode {
     pub taints: Vec<Taint>,
     /// Allocatable resources.
     pub allocatable: Resources,
-    /// Pods bound to it.
-    pub pods: Vec<PodInfo>,
+    /// Pods bound to it, shared: the disruption pass weighs many what-ifs over the same
+    /// nodes, and each copies the node list, not the pods.
+    pub pods: Vec<Arc<PodInfo>>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
 }
@@ -262,7 +264,7 @@ impl Input {
         snapshot: &Snapshot,
         instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
     ) -> Result<Self, InputError> {
-        let mut pods_by_node: BTreeMap<String, Vec<PodInfo>> = BTreeMap::new();
+        let mut pods_by_node: BTreeMap<String, Vec<Arc<PodInfo>>> = BTreeMap::new();
         let mut pending = Vec::new();
         for p in &snapshot.pods {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -271,7 +273,10 @@ impl Input {
             }
             let info = PodInfo::from_pod(p)?;
             match &info.node_name {
-                Some(n) => pods_by_node.entry(n.clone()).or_default().push(info),
+                Some(n) => pods_by_node
+                    .entry(n.clone())
+                    .or_default()
+                    .push(Arc::new(info)),
                 None => pending.push(info),
             }
         }

@@ -472,7 +472,7 @@ impl<'a> Scheduler<'a> {
         for p in input
             .pending
             .iter()
-            .chain(input.nodes.iter().flat_map(|n| n.pods.iter()))
+            .chain(input.nodes.iter().flat_map(|n| n.pods.iter().map(|p| &**p)))
         {
             dims.learn(&p.requests);
         }
@@ -538,7 +538,7 @@ impl<'a> Scheduler<'a> {
         let all: Vec<&PodInfo> = input
             .pending
             .iter()
-            .chain(input.nodes.iter().flat_map(|n| n.pods.iter()))
+            .chain(input.nodes.iter().flat_map(|n| n.pods.iter().map(|p| &**p)))
             .collect();
         let mut index: HashMap<GroupKey, usize> = HashMap::default();
         for info in &all {

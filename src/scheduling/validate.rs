@@ -47,7 +47,7 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
             labels: n.labels.clone(),
             taints: n.taints.clone(),
             allocatable: n.allocatable.clone(),
-            pods: n.pods.iter().collect(),
+            pods: n.pods.iter().map(|p| &**p).collect(),
             pool: None,
             instance_type: None,
             daemon_requests: Resources::zero(),

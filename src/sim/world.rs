@@ -343,7 +343,7 @@ impl World<'_> {
                 .pods
                 .iter()
                 .filter(|p| p.node.as_deref() == Some(n.name.as_str()))
-                .map(|p| self.pod_info(p))
+                .map(|p| std::sync::Arc::new(self.pod_info(p)))
                 .collect(),
             unschedulable: false,
         }
