@@ -298,8 +298,22 @@ fn the_webhook_is_served_on_the_service_with_a_mounted_certificate_and_may_only_
         format!("{RIGHTSIZING}webhook:\n  enabled: false\n"),
     ] {
         let objects = render("tailor", &values).expect("renders");
-        let text = serde_yaml::to_string(&objects).expect("yaml");
-        assert!(!text.contains("webhook"), "{values}: {text}");
+        assert!(kind(&objects, "Secret").is_empty(), "{values}");
+        let deployment = kind(&objects, "Deployment")[0];
+        let deployment = serde_yaml::to_string(deployment).expect("yaml");
+        let service = serde_yaml::to_string(kind(&objects, "Service")[0]).expect("yaml");
+        let roles: Vec<String> = kind(&objects, "ClusterRole")
+            .iter()
+            .map(|r| serde_yaml::to_string(r).expect("yaml"))
+            .collect();
+        assert!(!deployment.contains("TAILOR_WEBHOOK") && !deployment.contains("webhook-cert"));
+        assert!(!service.contains("https-webhook"), "{values}: {service}");
+        assert!(
+            !roles
+                .iter()
+                .any(|r| r.contains("mutatingwebhookconfigurations")),
+            "{values}"
+        );
     }
 }
 
