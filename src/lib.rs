@@ -27,3 +27,4 @@ pub mod sim;
 pub mod state;
 pub mod telemetry;
 pub mod usage;
+pub mod webhook;

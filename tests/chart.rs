@@ -49,9 +49,13 @@ workloadIdentity:
 
 const KWOK: &str = "settings:\n  clusterName: test\n  cloud: kwok\n";
 
+/// Right-sizing on, so the admission webhook is too.
+const RIGHTSIZING: &str =
+    "settings:\n  clusterName: prod-eastus\n  prometheusUrl: http://prometheus.monitoring:9090\n";
+
 #[test]
 fn rbac_is_least_privilege_with_reads_apart_from_writes() {
-    for values in [MINIMAL, EVERYTHING, KWOK] {
+    for values in [MINIMAL, EVERYTHING, KWOK, RIGHTSIZING] {
         let objects = render("tailor", values).expect("renders");
         let roles: Vec<&Value> = objects
             .iter()
@@ -188,6 +192,129 @@ fn every_setting_reaches_the_agent_as_a_variable_tailor_run_reads() {
         sa["metadata"]["annotations"]["azure.workload.identity/client-id"],
         "00000000-0000-0000-0000-000000000001"
     );
+}
+
+#[test]
+fn the_webhook_is_served_on_the_service_with_a_mounted_certificate_and_may_only_apply_its_configuration()
+ {
+    let objects = render("tailor", RIGHTSIZING).expect("renders");
+    let deployment = kind(&objects, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let env = container["env"].as_sequence().expect("env");
+    let value = |name: &str| {
+        env.iter()
+            .find(|v| v["name"] == name)
+            .and_then(|v| v["value"].as_str())
+            .map(String::from)
+    };
+    let help = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        .args(["run", "--help"])
+        .output()
+        .expect("tailor runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for var in [
+        "TAILOR_WEBHOOK_ADDRESS",
+        "TAILOR_WEBHOOK_URL",
+        "TAILOR_WEBHOOK_CERT_DIR",
+    ] {
+        assert!(value(var).is_some(), "{var} is not set");
+        assert!(help.contains(&format!("[env: {var}")), "{var}: {help}");
+    }
+    assert_eq!(
+        value("TAILOR_WEBHOOK_ADDRESS").as_deref(),
+        Some("0.0.0.0:9443")
+    );
+    // The URL names the chart's Service and its webhook port, which leads to the container's.
+    assert_eq!(
+        value("TAILOR_WEBHOOK_URL").as_deref(),
+        Some("https://tailor.tailor.svc:9443/mutate-pods")
+    );
+    let service = kind(&objects, "Service")[0];
+    assert_eq!(service["metadata"]["name"], "tailor");
+    let port = service["spec"]["ports"]
+        .as_sequence()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == "https-webhook")
+        .expect("the webhook's Service port");
+    assert_eq!(port["port"].as_u64(), Some(9443));
+    assert!(
+        container["ports"]
+            .as_sequence()
+            .expect("ports")
+            .iter()
+            .any(|p| p["name"] == "https-webhook" && p["containerPort"].as_u64() == Some(9443))
+    );
+    // The certificate the chart made is mounted where the agent reads it.
+    let secret = kind(&objects, "Secret")[0];
+    assert_eq!(secret["metadata"]["name"], "tailor-webhook-cert");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(
+            secret["data"][key].as_str().is_some_and(|v| !v.is_empty()),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        pod["volumes"][0]["secret"]["secretName"],
+        "tailor-webhook-cert"
+    );
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"].as_str(),
+        value("TAILOR_WEBHOOK_CERT_DIR").as_deref()
+    );
+    // The only webhook permission: create and patch the one configuration, by name.
+    let write = kind(&objects, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "tailor-write")
+        .expect("the write role");
+    let rule = write["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .find(|r| strings(&r["resources"]) == ["mutatingwebhookconfigurations"])
+        .expect("a rule for the webhook configuration");
+    assert_eq!(
+        strings(&rule["resourceNames"]),
+        [tailor::webhook::CONFIGURATION_NAME]
+    );
+    assert_eq!(strings(&rule["verbs"]), ["create", "patch"]);
+
+    // A certificate of one's own (cert-manager's) is mounted instead of one the chart makes.
+    let objects = render(
+        "tailor",
+        &format!("{RIGHTSIZING}webhook:\n  certSecret: tailor-webhook-tls\n"),
+    )
+    .expect("renders");
+    assert!(kind(&objects, "Secret").is_empty());
+    let pod = &kind(&objects, "Deployment")[0]["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"][0]["secret"]["secretName"],
+        "tailor-webhook-tls"
+    );
+    // Off, or without right-sizing: no webhook parts at all.
+    for values in [
+        MINIMAL.to_string(),
+        format!("{RIGHTSIZING}webhook:\n  enabled: false\n"),
+    ] {
+        let objects = render("tailor", &values).expect("renders");
+        assert!(kind(&objects, "Secret").is_empty(), "{values}");
+        let deployment = kind(&objects, "Deployment")[0];
+        let deployment = serde_yaml::to_string(deployment).expect("yaml");
+        let service = serde_yaml::to_string(kind(&objects, "Service")[0]).expect("yaml");
+        let roles: Vec<String> = kind(&objects, "ClusterRole")
+            .iter()
+            .map(|r| serde_yaml::to_string(r).expect("yaml"))
+            .collect();
+        assert!(!deployment.contains("TAILOR_WEBHOOK") && !deployment.contains("webhook-cert"));
+        assert!(!service.contains("https-webhook"), "{values}: {service}");
+        assert!(
+            !roles
+                .iter()
+                .any(|r| r.contains("mutatingwebhookconfigurations")),
+            "{values}"
+        );
+    }
 }
 
 #[test]

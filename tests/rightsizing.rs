@@ -744,3 +744,188 @@ async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa
         "{metrics}"
     );
 }
+
+/// `web` is in Auto mode with requests set only at creation; `api` has no policy and the
+/// agent's global mode is recommend.
+const AUTO_ON_CREATE: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: web-on-create, namespace: default}
+spec:
+  selector: {matchLabels: {app: web}}
+  mode: Auto
+  update: {mode: OnCreate, maxStepFraction: 1.0}
+"#;
+
+/// Deletes one pod whose name starts with `prefix` and waits for its replacement (a pod of
+/// that prefix whose uid is new); returns the replacement.
+async fn replace_one_pod(cp: &ControlPlane, prefix: &str, within: Duration) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let before = list(&pods).await;
+    let known: Vec<Option<String>> = before.iter().map(|p| p.uid()).collect();
+    let victim = before
+        .iter()
+        .find(|p| p.name_any().starts_with(prefix))
+        .expect("a pod to replace");
+    pods.delete(&victim.name_any(), &kube::api::DeleteParams::default())
+        .await
+        .expect("pod deleted");
+    eventually(within, &format!("a new {prefix} pod"), || async {
+        list(&pods)
+            .await
+            .into_iter()
+            .find(|p| p.name_any().starts_with(prefix) && !known.contains(&p.uid()))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and_are_still_created_when_the_agent_is_down()
+ {
+    let _serial = SERIAL.lock().await;
+    let (cp, prometheus) = cluster().await;
+    cp.apply_yaml(AUTO_ON_CREATE).await;
+    cp.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: tailor}\n")
+        .await;
+    let port = control_plane::free_port();
+    let mut flags = agent_flags(&prometheus, "1h");
+    flags.extend([
+        "--webhook-address".to_string(),
+        format!("127.0.0.1:{port}"),
+        // The API server runs on the host, so it calls the agent by address.
+        "--webhook-url".to_string(),
+        format!("https://127.0.0.1:{port}/mutate-pods"),
+    ]);
+    let mut agent = Agent::start_as(
+        &cp,
+        &cp.kubeconfig,
+        "tailor",
+        "agent-a",
+        &["--cloud", "kwok"],
+        &as_strs(&flags),
+        &[],
+    );
+    agent.wait_ready().await;
+
+    // The agent made its certificate, shared it through a Secret, and put its CA in the
+    // configuration it applied.
+    let configurations: Api<
+        k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+    > = Api::all(cp.client.clone());
+    let configuration = eventually(
+        Duration::from_secs(30),
+        "the webhook configuration",
+        || async {
+            configurations
+                .get_opt("tailor-rightsizing")
+                .await
+                .ok()
+                .flatten()
+        },
+    )
+    .await;
+    let hook = &configuration.webhooks.as_ref().expect("webhooks")[0];
+    assert_eq!(hook.failure_policy.as_deref(), Some("Ignore"));
+    assert_eq!(hook.timeout_seconds, Some(2));
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(cp.client.clone(), "tailor")
+        .get("tailor-webhook-cert")
+        .await
+        .expect("the certificate Secret");
+    assert_eq!(
+        hook.client_config.ca_bundle.as_ref().map(|b| &b.0),
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("ca.crt"))
+            .map(|b| &b.0),
+        "the caBundle is the Secret's CA"
+    );
+
+    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
+        let r = recommendation(&cp, "default", "deployment-web").await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(r)
+    })
+    .await;
+    let api = eventually(Duration::from_secs(30), "api's Recommendation", || async {
+        let r = recommendation(&cp, "default", "deployment-api").await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(r)
+    })
+    .await;
+    let want = |r: &Recommendation| -> BTreeMap<String, String> {
+        r.status.as_ref().expect("status").containers[0]
+            .recommended
+            .requests
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect()
+    };
+    let template = |cpu: &str, memory: &str| {
+        BTreeMap::from([
+            ("cpu".to_string(), cpu.to_string()),
+            ("memory".to_string(), memory.to_string()),
+        ])
+    };
+    let web_target = want(&web);
+    assert_ne!(web_target, template("1", "1Gi"), "a change to make");
+    assert_ne!(
+        want(&api),
+        template("500m", "512Mi"),
+        "a change not to make"
+    );
+    // The agent's stores see the Recommendations as the API server does.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // A new web pod is created with the recommendation; the running one is left as it is
+    // (OnCreate does not resize).
+    let created = replace_one_pod(&cp, "web-", Duration::from_secs(30)).await;
+    assert_eq!(pod_resources(&created).0, web_target, "{created:?}");
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let other_web = list(&pods)
+        .await
+        .into_iter()
+        .find(|p| p.name_any().starts_with("web-") && p.uid() != created.uid())
+        .expect("the other web pod");
+    assert_eq!(pod_resources(&other_web).0, template("1", "1Gi"));
+    // api is in Recommend mode: its new pod keeps the template's requests.
+    let created_api = replace_one_pod(&cp, "api-", Duration::from_secs(30)).await;
+    assert_eq!(pod_resources(&created_api).0, template("500m", "512Mi"));
+    let metrics = agent.metrics().await;
+    assert!(
+        metric(
+            &metrics,
+            "tailor_webhook_requests_total{outcome=\"patched\""
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(
+            &metrics,
+            "tailor_webhook_requests_total{outcome=\"unchanged\""
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(&metrics, "tailor_webhook_duration_seconds_count") >= 2.0,
+        "{metrics}"
+    );
+
+    // With the agent gone the configuration stays, and pods are still created (fail open),
+    // with the template's requests.
+    agent.kill();
+    let started = std::time::Instant::now();
+    let unpatched = replace_one_pod(&cp, "web-", Duration::from_secs(30)).await;
+    assert_eq!(pod_resources(&unpatched).0, template("1", "1Gi"));
+    assert!(
+        configurations
+            .get_opt("tailor-rightsizing")
+            .await
+            .ok()
+            .flatten()
+            .is_some(),
+        "the webhook was still configured"
+    );
+    eprintln!(
+        "a pod was created {:.1}s after its predecessor's deletion with the webhook down",
+        started.elapsed().as_secs_f64()
+    );
+}

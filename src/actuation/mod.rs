@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::model::quantity::{format_milli, format_value, parse_milli, parse_value};
@@ -39,11 +39,12 @@ pub struct Resize {
 }
 
 /// Whether `new` differs from `old` by at least `min_change` of `old` (any change when
-/// `old` is unset or zero).
+/// `old` is unset or zero); equal values never differ.
 fn differs(old: Option<i64>, new: Option<i64>, min_change: f64) -> bool {
     match (old, new) {
         (_, None) => false,
         (None, Some(_)) => true,
+        (Some(o), Some(n)) if n == o => false,
         (Some(o), Some(n)) if o <= 0 => n != o,
         (Some(o), Some(n)) => ((n - o) as f64 / o as f64).abs() >= min_change,
     }
@@ -57,6 +58,55 @@ fn quantity(v: Option<&Quantity>, cpu: bool) -> Option<i64> {
             parse_value(&q.0).ok()
         }
     })
+}
+
+/// The requests and limits that bring container `c` to `target` (recommended requests and
+/// limits), leaving a request alone when it moves less than `min_change` of its current
+/// value (0: any difference); `None` when nothing changes. A limit is set only where the
+/// container has one, to the recommendation's limit (its limit policy, e.g. keeping the
+/// limit/request ratio). Used for running pods (in-place resize) and for new pods (the
+/// admission webhook), so both apply the same values.
+pub fn container_resize(
+    c: &Container,
+    target: &Requests,
+    min_change: f64,
+) -> Option<ContainerResize> {
+    let res = c.resources.as_ref();
+    let requests = res.and_then(|r| r.requests.as_ref());
+    let limits = res.and_then(|r| r.limits.as_ref());
+    let cpu = quantity(requests.and_then(|m| m.get("cpu")), true);
+    let memory = quantity(requests.and_then(|m| m.get("memory")), false);
+    let cpu_changes = differs(cpu, target.cpu, min_change);
+    let memory_changes = differs(memory, target.memory, min_change);
+    if !cpu_changes && !memory_changes {
+        return None;
+    }
+    let mut r = ContainerResize {
+        name: c.name.clone(),
+        requests: BTreeMap::new(),
+        limits: BTreeMap::new(),
+    };
+    if let (true, Some(v)) = (cpu_changes, target.cpu) {
+        r.requests
+            .insert("cpu".to_string(), Quantity(format_milli(v)));
+        if let Some(l) = target.cpu_limit
+            && limits.is_some_and(|m| m.contains_key("cpu"))
+        {
+            r.limits
+                .insert("cpu".to_string(), Quantity(format_milli(l)));
+        }
+    }
+    if let (true, Some(v)) = (memory_changes, target.memory) {
+        r.requests
+            .insert("memory".to_string(), Quantity(format_value(v)));
+        if let Some(l) = target.memory_limit
+            && limits.is_some_and(|m| m.contains_key("memory"))
+        {
+            r.limits
+                .insert("memory".to_string(), Quantity(format_value(l)));
+        }
+    }
+    Some(r)
 }
 
 /// The in-place resizes that bring `pods` to `targets` (recommended requests and limits
@@ -73,48 +123,11 @@ pub fn resizes<'a>(
             continue;
         }
         let Some(spec) = &pod.spec else { continue };
-        let mut containers = Vec::new();
-        for c in &spec.containers {
-            let Some(target) = targets.get(&c.name) else {
-                continue;
-            };
-            let res = c.resources.as_ref();
-            let requests = res.and_then(|r| r.requests.as_ref());
-            let limits = res.and_then(|r| r.limits.as_ref());
-            let cpu = quantity(requests.and_then(|m| m.get("cpu")), true);
-            let memory = quantity(requests.and_then(|m| m.get("memory")), false);
-            let cpu_changes = differs(cpu, target.cpu, min_change);
-            let memory_changes = differs(memory, target.memory, min_change);
-            if !cpu_changes && !memory_changes {
-                continue;
-            }
-            let mut r = ContainerResize {
-                name: c.name.clone(),
-                requests: BTreeMap::new(),
-                limits: BTreeMap::new(),
-            };
-            if let (true, Some(v)) = (cpu_changes, target.cpu) {
-                r.requests
-                    .insert("cpu".to_string(), Quantity(format_milli(v)));
-                if let Some(l) = target.cpu_limit
-                    && limits.is_some_and(|m| m.contains_key("cpu"))
-                {
-                    r.limits
-                        .insert("cpu".to_string(), Quantity(format_milli(l)));
-                }
-            }
-            if let (true, Some(v)) = (memory_changes, target.memory) {
-                r.requests
-                    .insert("memory".to_string(), Quantity(format_value(v)));
-                if let Some(l) = target.memory_limit
-                    && limits.is_some_and(|m| m.contains_key("memory"))
-                {
-                    r.limits
-                        .insert("memory".to_string(), Quantity(format_value(l)));
-                }
-            }
-            containers.push(r);
-        }
+        let containers: Vec<ContainerResize> = spec
+            .containers
+            .iter()
+            .filter_map(|c| container_resize(c, targets.get(&c.name)?, min_change))
+            .collect();
         if !containers.is_empty() {
             out.push(Resize {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),

@@ -94,6 +94,25 @@ pub struct RunArgs {
     #[arg(long, env = "TAILOR_RIGHTSIZING_INTERVAL", default_value = "15m", value_parser = parse_std_duration)]
     pub rightsizing_interval: Duration,
 
+    /// Address the admission webhook listens on (HTTPS), e.g. `0.0.0.0:9443`; without it
+    /// the webhook is off and new pods keep the requests they are created with.
+    #[arg(long, env = "TAILOR_WEBHOOK_ADDRESS")]
+    pub webhook_address: Option<SocketAddr>,
+
+    /// URL the API server calls the webhook at (`https://`). A Service's cluster name
+    /// (`https://<service>.<namespace>.svc:<port>/<path>`) is written to the configuration
+    /// as a Service reference. Default: the chart's Service,
+    /// `https://tailor.<namespace>.svc:9443/mutate-pods`.
+    #[arg(long, env = "TAILOR_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+
+    /// Directory holding the webhook's serving certificate (`tls.crt`, `tls.key`, and
+    /// `ca.crt` for the configuration's `caBundle` when present), e.g. a mounted Secret; it is
+    /// read again every minute. Without it the agent makes a CA and certificate, shares them
+    /// between replicas through the Secret `tailor-webhook-cert` and keeps the `caBundle` in step.
+    #[arg(long, env = "TAILOR_WEBHOOK_CERT_DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
+
     /// Address of the Prometheus `/metrics` endpoint.
     #[arg(long, env = "TAILOR_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     pub metrics_address: SocketAddr,
@@ -261,6 +280,9 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         prometheus_url,
         prometheus,
         rightsizing_interval,
+        webhook_address,
+        webhook_url,
+        webhook_cert_dir,
         metrics_address,
         health_address,
         leader_election_namespace,
@@ -343,6 +365,32 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         ..Settings::default()
     };
     let writer = Writer::new(write_client, leader.clone(), &identity);
+    if let Some(address) = webhook_address {
+        let endpoint = crate::webhook::Endpoint::parse(
+            &webhook_url
+                .filter(|u| !u.trim().is_empty())
+                .unwrap_or_else(|| crate::webhook::default_url(&namespace)),
+        )
+        .map_err(|reason| CliError::InvalidFlag {
+            flag: "--webhook-url",
+            reason,
+        })?;
+        let webhook = Webhook {
+            address,
+            endpoint,
+            cert_dir: webhook_cert_dir.filter(|d| !d.as_os_str().is_empty()),
+            settings: crate::webhook::Settings {
+                global_mode: match mode {
+                    ModeArg::Recommend => crate::apis::Mode::Recommend,
+                    ModeArg::Autonomous => crate::apis::Mode::Auto,
+                },
+                agent_namespace: namespace.clone(),
+            },
+        };
+        webhook
+            .start(&mut tasks, &state, writer.clone(), &metrics)
+            .await?;
+    }
     match cloud {
         CloudArg::Kwok => {
             let _ = azure;
@@ -516,6 +564,174 @@ async fn serve(
         });
     }
     Ok(())
+}
+
+/// The admission webhook's settings, from `--webhook-*`.
+struct Webhook {
+    address: SocketAddr,
+    endpoint: crate::webhook::Endpoint,
+    cert_dir: Option<PathBuf>,
+    settings: crate::webhook::Settings,
+}
+
+impl Webhook {
+    /// Binds the address and reads a mounted certificate at once (so a bad flag stops the
+    /// agent), then on `tasks`: makes or reads the shared certificate when none is mounted,
+    /// serves, and keeps the configuration applied. Every replica does this; it writes only
+    /// the webhook's own objects.
+    async fn start(
+        self,
+        tasks: &mut JoinSet<()>,
+        state: &State,
+        writer: Writer,
+        metrics: &Metrics,
+    ) -> Result<()> {
+        use crate::webhook::{self, certificate};
+        let Webhook {
+            address,
+            endpoint,
+            cert_dir,
+            settings,
+        } = self;
+        let listener =
+            tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| CliError::InvalidFlag {
+                    flag: "--webhook-address",
+                    reason: format!("binding {address}: {e}"),
+                })?;
+        let namespace = settings.agent_namespace.clone();
+        let mounted = match &cert_dir {
+            Some(dir) => {
+                let invalid = |e: certificate::CertificateError| CliError::InvalidFlag {
+                    flag: "--webhook-cert-dir",
+                    reason: e.to_string(),
+                };
+                let cert = certificate::read_dir(dir).map_err(invalid)?;
+                let key = certificate::certified_key(&cert).map_err(invalid)?;
+                Some((cert, key))
+            }
+            None => None,
+        };
+        let router = webhook::router(
+            Arc::new(webhook::Stores::of(state, &namespace)),
+            settings,
+            Some(metrics.clone()),
+        );
+        tasks.spawn(async move {
+            let (cert, resolver) = match mounted {
+                Some((cert, key)) => {
+                    let resolver = certificate::Resolver::new(key);
+                    if let Some(dir) = cert_dir {
+                        tokio::spawn(
+                            resolver
+                                .clone()
+                                .reload_forever(dir, Duration::from_secs(60)),
+                        );
+                    }
+                    (cert, resolver)
+                }
+                None => loop {
+                    match shared_certificate(&writer, &namespace, &endpoint).await {
+                        Ok(pair) => break pair,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "webhook certificate unavailable; retrying in 10s (pods are created unchanged meanwhile)");
+                            tokio::time::sleep(Duration::from_secs(10)).await;
+                        }
+                    }
+                },
+            };
+            tracing::info!(address = %address, url = %endpoint.url, "admission webhook serving");
+            let configuration =
+                webhook::configuration(&endpoint, cert.ca_pem.as_deref(), &namespace);
+            tokio::spawn(async move {
+                // Applied again every few minutes, so a configuration deleted or edited by
+                // hand comes back with the caBundle that fits the certificate served.
+                loop {
+                    if let Err(e) = writer.apply_webhook_configuration(&configuration).await {
+                        tracing::warn!(error = %e, "applying the webhook configuration failed");
+                        tokio::time::sleep(Duration::from_secs(10)).await;
+                        continue;
+                    }
+                    tokio::time::sleep(Duration::from_secs(300)).await;
+                }
+            });
+            webhook::serve_tls(listener, resolver, router).await;
+        });
+        Ok(())
+    }
+}
+
+/// The certificate every replica serves when none is mounted: the Secret's, made here when
+/// it is missing or was made for other hosts.
+async fn shared_certificate(
+    writer: &Writer,
+    namespace: &str,
+    endpoint: &crate::webhook::Endpoint,
+) -> std::result::Result<
+    (
+        crate::webhook::certificate::ServingCertificate,
+        Arc<crate::webhook::certificate::Resolver>,
+    ),
+    String,
+> {
+    use crate::webhook::{CERTIFICATE_SECRET, HOSTS_ANNOTATION, certificate};
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let hosts = endpoint.hosts();
+    let joined = hosts.join(",");
+    let generated = certificate::generate(&hosts).map_err(|e| e.to_string())?;
+    let wanted = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(CERTIFICATE_SECRET.to_string()),
+            namespace: Some(namespace.to_string()),
+            annotations: Some([(HOSTS_ANNOTATION.to_string(), joined.clone())].into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_string()),
+        data: Some(
+            [
+                ("tls.crt", &generated.cert_pem),
+                ("tls.key", &generated.key_pem),
+                (
+                    "ca.crt",
+                    generated.ca_pem.as_ref().unwrap_or(&generated.cert_pem),
+                ),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+            .collect(),
+        ),
+        ..Default::default()
+    };
+    let field = |s: &Secret, key: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+    };
+    let current = |s: &Secret| {
+        s.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(HOSTS_ANNOTATION))
+            == Some(&joined)
+            && ["tls.crt", "tls.key", "ca.crt"]
+                .iter()
+                .all(|k| field(s, k).is_some())
+    };
+    let secret = writer
+        .ensure_secret(namespace, &wanted, current)
+        .await
+        .map_err(|e| e.to_string())?;
+    let cert = certificate::ServingCertificate {
+        cert_pem: field(&secret, "tls.crt").unwrap_or_default(),
+        key_pem: field(&secret, "tls.key").unwrap_or_default(),
+        ca_pem: field(&secret, "ca.crt"),
+    };
+    let key = certificate::certified_key(&cert)
+        .map_err(|e| format!("secret {namespace}/{CERTIFICATE_SECRET}: {e}"))?;
+    Ok((cert, certificate::Resolver::new(key)))
 }
 
 /// Campaigns for the Lease; the receiver says whether this replica leads now. Losing the

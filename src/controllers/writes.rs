@@ -1,6 +1,9 @@
 //! Every write the agent makes to the cluster, in one place, so a reader can audit what
 //! Tailor can change. Each write first checks leadership: a follower, or a leader that has
-//! just lost its lease, writes nothing.
+//! just lost its lease, writes nothing. The exception is the admission webhook's own
+//! objects (its certificate Secret and its `MutatingWebhookConfiguration`): every replica
+//! serves the webhook, so each must hold the shared certificate, and each applies the same
+//! configuration, so replicas never contest it.
 //!
 //! Tailor's own objects are written with server-side apply (field manager `tailor`). Node
 //! taints, labels and finalizers are a JSON merge patch guarded by the node's
@@ -9,7 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Secret, Taint};
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -122,6 +126,58 @@ impl Writer {
 
     fn apply_params() -> PatchParams {
         PatchParams::apply(FIELD_MANAGER).force()
+    }
+
+    /// The Secret `namespace/name` when `current` accepts it; else `wanted` written in its
+    /// place (created, or replaced guarded by its resourceVersion). When another replica
+    /// writes it first, its Secret is read back and used, so all replicas end with one.
+    /// Any replica, leader or not.
+    pub async fn ensure_secret(
+        &self,
+        namespace: &str,
+        wanted: &Secret,
+        current: impl Fn(&Secret) -> bool,
+    ) -> Result<Secret> {
+        let name = wanted.metadata.name.clone().unwrap_or_default();
+        let what = || format!("secret {namespace}/{name}");
+        let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
+        let mut last = None;
+        for _ in 0..3 {
+            let existing = api.get_opt(&name).await.map_err(api_error(what()))?;
+            let written = match existing {
+                Some(s) if current(&s) => return Ok(s),
+                Some(s) => {
+                    let mut body = wanted.clone();
+                    body.metadata.resource_version = s.metadata.resource_version.clone();
+                    api.replace(&name, &PostParams::default(), &body).await
+                }
+                None => api.create(&PostParams::default(), wanted).await,
+            };
+            match written {
+                Ok(s) => return Ok(s),
+                // Another replica wrote it between the read and the write: read it again.
+                Err(kube::Error::Api(e)) if e.code == 409 => last = Some(e.message),
+                Err(e) => return Err(api_error(what())(e)),
+            }
+        }
+        Err(WriteError::Conflict {
+            what: format!("{}: {}", what(), last.unwrap_or_default()),
+        })
+    }
+
+    /// Applies the admission webhook's configuration (server-side apply). Any replica,
+    /// leader or not: every replica applies the same content.
+    pub async fn apply_webhook_configuration(
+        &self,
+        configuration: &MutatingWebhookConfiguration,
+    ) -> Result<()> {
+        let name = configuration.metadata.name.clone().unwrap_or_default();
+        let what = || format!("apply mutatingwebhookconfiguration {name}");
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .patch(&name, &Self::apply_params(), &Patch::Apply(configuration))
+            .await
+            .map(|_| ())
+            .map_err(api_error(what()))
     }
 
     /// Creates (or re-applies) a NodeClaim.

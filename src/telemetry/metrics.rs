@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use super::names::{
     self, BlockedReason, CloudOperation, Controller, DropReason, MetricDef, MetricType,
     PrometheusQuery, QueryError, RecommendationState, SavingsSource, Signal, Stage,
-    TerminationReason, Usage, When,
+    TerminationReason, Usage, WebhookOutcome, When,
 };
 
 type Labels = Vec<(&'static str, String)>;
@@ -53,6 +53,7 @@ fn buckets(def: &MetricDef) -> &'static [f64] {
         {
             names::CALL_BUCKETS
         }
+        n if n == names::WEBHOOK_DURATION.name => names::WEBHOOK_BUCKETS,
         _ => names::PROVISIONING_BUCKETS,
     }
 }
@@ -67,6 +68,10 @@ fn decision_histogram() -> Histogram {
 
 fn call_histogram() -> Histogram {
     Histogram::new(names::CALL_BUCKETS.iter().copied())
+}
+
+fn webhook_histogram() -> Histogram {
+    Histogram::new(names::WEBHOOK_BUCKETS.iter().copied())
 }
 
 /// What OTLP export dropped, for the whole process: the exporters are built before any
@@ -164,6 +169,7 @@ impl Instrument {
                 let constructor: fn() -> Histogram = match buckets(&def) {
                     b if std::ptr::eq(b, names::DECISION_BUCKETS) => decision_histogram,
                     b if std::ptr::eq(b, names::CALL_BUCKETS) => call_histogram,
+                    b if std::ptr::eq(b, names::WEBHOOK_BUCKETS) => webhook_histogram,
                     _ => provisioning_histogram,
                 };
                 (
@@ -278,6 +284,9 @@ impl Metrics {
             {
                 let _ = f.get_or_create(&i.labels(&[query.as_str()]));
             }
+        }
+        for outcome in WebhookOutcome::ALL {
+            m.add(&names::WEBHOOK_REQUESTS, &[outcome.as_str()], 0.0);
         }
         for signal in Signal::ALL {
             for reason in DropReason::ALL {
@@ -612,6 +621,12 @@ impl Metrics {
     /// Counts a right-sizing read that failed.
     pub fn usage_read_failed(&self) {
         self.add(&names::USAGE_READ_FAILURES, &[], 1.0);
+    }
+
+    /// Records one admission review the webhook answered: how long it took and what it did.
+    pub fn webhook_request(&self, outcome: WebhookOutcome, seconds: f64) {
+        self.observe(&names::WEBHOOK_DURATION, &[], seconds);
+        self.add(&names::WEBHOOK_REQUESTS, &[outcome.as_str()], 1.0);
     }
 
     // The agent.

@@ -130,6 +130,8 @@ pub mod label {
     pub const SIGNAL: &str = "signal";
     /// A kind of usage query: [`super::PrometheusQuery`].
     pub const QUERY: &str = "query";
+    /// What the admission webhook did with a pod: [`super::WebhookOutcome`].
+    pub const OUTCOME: &str = "outcome";
 }
 
 macro_rules! vocabulary {
@@ -407,6 +409,19 @@ vocabulary!(
         NotPrometheus => "not_prometheus",
         /// Prometheus answered with an error for the query.
         Query => "query",
+    }
+);
+
+vocabulary!(
+    /// What the admission webhook answered for a pod (label `outcome` of
+    /// [`WEBHOOK_REQUESTS`]). Every answer allows the pod.
+    WebhookOutcome {
+        /// Requests (and limits) were set from an actionable recommendation.
+        Patched => "patched",
+        /// Allowed as it is: no Auto recommendation applies, or it matches already.
+        Unchanged => "unchanged",
+        /// Allowed as it is because the review or an object it needs could not be read.
+        Error => "error",
     }
 );
 
@@ -752,6 +767,25 @@ metric!(
     "Right-sizing rounds whose usage read failed: their Recommendations are marked Stale"
 );
 
+metric!(
+    WEBHOOK_REQUESTS,
+    Rightsizing,
+    "tailor_webhook_requests",
+    Counter,
+    "requests",
+    [l::OUTCOME],
+    "Pod admission reviews the webhook answered, by outcome; every pod is allowed"
+);
+metric!(
+    WEBHOOK_DURATION,
+    Rightsizing,
+    "tailor_webhook_duration_seconds",
+    Histogram,
+    "seconds",
+    [],
+    "Seconds the webhook took from reading an admission review to its answer"
+);
+
 // The agent.
 metric!(
     BUILD_INFO,
@@ -843,6 +877,8 @@ pub const CATALOGUE: &[MetricDef] = &[
     USAGE_QUERIES,
     USAGE_SAMPLES_READ,
     USAGE_READ_FAILURES,
+    WEBHOOK_REQUESTS,
+    WEBHOOK_DURATION,
     BUILD_INFO,
     LEADER,
     RECONCILE_DURATION,
@@ -880,6 +916,7 @@ pub fn label_values(key: &str, metric: &str) -> Option<Vec<&'static str>> {
             all(QueryError::ALL, QueryError::as_str)
         }
         l::QUERY => all(PrometheusQuery::ALL, PrometheusQuery::as_str),
+        l::OUTCOME => all(WebhookOutcome::ALL, WebhookOutcome::as_str),
         _ => None,
     }
 }
@@ -894,6 +931,12 @@ pub const PROVISIONING_BUCKETS: &[f64] = &[
 /// for 20k pods.
 pub const DECISION_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Bucket boundaries for admission reviews: the API server waits at most the webhook's
+/// `timeoutSeconds` (2 s), and the target is 10 ms at p99.
+pub const WEBHOOK_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
 ];
 
 /// Bucket boundaries for calls to the cloud: milliseconds to a minute

@@ -39,3 +39,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
+
+{{- /* "true" when the admission webhook runs: enabled, and right-sizing is on. */ -}}
+{{- define "tailor.webhook" -}}
+{{- if and .Values.webhook.enabled .Values.settings.prometheusUrl }}true{{ end }}
+{{- end }}
+
+{{- define "tailor.webhookCertSecret" -}}
+{{- default (printf "%s-webhook-cert" (include "tailor.fullname" .)) .Values.webhook.certSecret }}
+{{- end }}
+
+{{- define "tailor.webhookHost" -}}
+{{- printf "%s.%s.svc" (include "tailor.fullname" .) .Release.Namespace }}
+{{- end }}
