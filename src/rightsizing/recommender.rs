@@ -344,6 +344,10 @@ pub struct ContainerRecommendation {
     pub reasons: Vec<String>,
     /// USD per hour the change saves (negative) or costs (positive).
     pub hourly_cost_delta: f64,
+    /// The memory increase follows an OOM kill: actuation applies it whole, not held back
+    /// by the maximum step.
+    #[serde(default)]
+    pub memory_urgent: bool,
 }
 
 fn clamp_opt(v: f64, lo: Option<i64>, hi: Option<i64>) -> f64 {
@@ -468,6 +472,7 @@ pub fn recommend(
     };
 
     // Memory.
+    let mut memory_urgent = false;
     let memory_hist = history.memory_with_open_window();
     let memory = if policy.memory && !memory_hist.is_empty() {
         let (p, lo, hi) = policy.memory_percentiles;
@@ -563,6 +568,7 @@ pub fn recommend(
             &mut reasons,
             format_value,
         );
+        memory_urgent = oom_driven;
         // Bounds in whole MiB, like the request, so they print as quantities.
         Some(Sized::around(
             value,
@@ -625,10 +631,13 @@ pub fn recommend(
         actionable,
         reasons,
         hourly_cost_delta,
+        memory_urgent,
     }
 }
 
-/// Applies hysteresis and the maximum step against the current request.
+/// Applies hysteresis against the current request. The maximum step is not applied here:
+/// it limits how far one change moves a running pod ([`next_step`]), never the target
+/// reported. When the target is further than the step, a reason says so.
 fn settle(
     what: &str,
     target: f64,
@@ -654,20 +663,63 @@ fn settle(
     }
     let held_back = !(urgent_increase && change > 0.0);
     if held_back && policy.max_step > 0.0 && change.abs() > policy.max_step {
-        let stepped = if change > 0.0 {
-            (current as f64 * (1.0 + policy.max_step)).ceil() as i64
-        } else {
-            (current as f64 * (1.0 - policy.max_step)).ceil() as i64
-        };
         reasons.push(format!(
-            "{what} moves at most {:.0}% per change: {} now, {} is the target",
+            "{what} is applied at most {:.0}% per change: {} next, {} is the target",
             policy.max_step * 100.0,
-            show(stepped),
+            show(stepped(current, target, policy.max_step)),
             show(target)
         ));
-        return stepped;
     }
     target
+}
+
+/// `current` moved towards `target` by at most `max_step` of `current` (0: no limit).
+fn stepped(current: i64, target: i64, max_step: f64) -> i64 {
+    if current <= 0 || max_step <= 0.0 {
+        return target;
+    }
+    let change = (target - current) as f64 / current as f64;
+    if change.abs() <= max_step {
+        target
+    } else if change > 0.0 {
+        (current as f64 * (1.0 + max_step)).ceil() as i64
+    } else {
+        (current as f64 * (1.0 - max_step)).ceil() as i64
+    }
+}
+
+/// The requests to apply next on the way from `current` to a recommendation: each request
+/// moves at most `max_step` (a fraction of the current request) per change, except a memory
+/// increase forced by an OOM kill, which is applied whole (the container is being killed at
+/// its current size). Limits move with their request, keeping the recommended ratio. The
+/// recommendation itself is never cut: this is for actuation only.
+pub fn next_step(
+    current: Requests,
+    recommendation: &ContainerRecommendation,
+    max_step: f64,
+) -> Requests {
+    let target = recommendation.recommended;
+    let step = |now: Option<i64>, to: Option<i64>, urgent: bool| match (now, to) {
+        (Some(n), Some(t)) if urgent && t > n => Some(t),
+        (Some(n), Some(t)) => Some(stepped(n, t, max_step)),
+        (_, t) => t,
+    };
+    let cpu = step(current.cpu, target.cpu, false);
+    let memory = step(current.memory, target.memory, recommendation.memory_urgent);
+    let follow = |limit: Option<i64>, request: Option<i64>, applied: Option<i64>| match (
+        limit, request, applied,
+    ) {
+        (Some(l), Some(r), Some(a)) if r > 0 => {
+            Some(((l as f64) * (a as f64) / (r as f64)).ceil() as i64)
+        }
+        (l, _, _) => l,
+    };
+    Requests {
+        cpu,
+        memory,
+        cpu_limit: follow(target.cpu_limit, target.cpu, cpu),
+        memory_limit: follow(target.memory_limit, target.memory, memory),
+    }
 }
 
 #[cfg(test)]
@@ -830,14 +882,17 @@ mod tests {
             max_step: 0.5,
             ..policy()
         };
-        let r = recommend(
-            &h,
-            current(1000, 256 * MIB),
-            &stepped,
-            &Context::default(),
-            3 * DAY,
-        );
+        let now = current(1000, 256 * MIB);
+        let r = recommend(&h, now, &stepped, &Context::default(), 3 * DAY);
         assert_eq!(r.recommended.memory, Some(1080 * MIB), "{:?}", r.reasons);
+        assert!(r.memory_urgent);
+        assert_eq!(next_step(now, &r, 0.5).memory, Some(1080 * MIB));
+        // Without the OOM kill the same increase would be stepped.
+        let calm = ContainerRecommendation {
+            memory_urgent: false,
+            ..r.clone()
+        };
+        assert_eq!(next_step(now, &calm, 0.5).memory, Some(384 * MIB));
     }
 
     #[test]
@@ -1017,22 +1072,35 @@ mod tests {
     }
 
     #[test]
-    fn a_change_moves_at_most_the_maximum_step() {
+    fn the_maximum_step_limits_the_applied_change_but_not_the_reported_target() {
         let h = history(7);
         let stepped = Policy {
             max_step: 0.5,
             ..policy()
         };
-        let r = recommend(
-            &h,
-            current(4000, 4096 * MIB),
-            &stepped,
-            &Context::default(),
-            7 * DAY,
+        let now = current(4000, 4096 * MIB);
+        let r = recommend(&h, now, &stepped, &Context::default(), 7 * DAY);
+        // The target is reported whole (about 0.45 cores and 520 MiB)...
+        let cpu = r.recommended.cpu.expect("cpu");
+        assert!((440..=462).contains(&cpu), "{cpu}");
+        assert_eq!(r.recommended.memory, Some(520 * MIB));
+        assert!(
+            r.reasons
+                .iter()
+                .any(|x| x.contains("at most 50% per change")),
+            "{:?}",
+            r.reasons
         );
-        assert_eq!(r.recommended.cpu, Some(2000));
-        assert_eq!(r.recommended.memory, Some(2048 * MIB));
-        assert!(r.reasons.iter().any(|x| x.contains("at most 50%")));
+        // ...and the change applied next moves half way from the current requests, the
+        // limits keeping their ratio to the request.
+        let next = next_step(now, &r, stepped.max_step);
+        assert_eq!(next.cpu, Some(2000));
+        assert_eq!(next.memory, Some(2048 * MIB));
+        assert_eq!(next.memory_limit, Some(4096 * MIB));
+        // Once within the step, the target itself is applied.
+        let closer = next_step(current(600, 700 * MIB), &r, stepped.max_step);
+        assert_eq!(closer.cpu, r.recommended.cpu);
+        assert_eq!(closer.memory, r.recommended.memory);
     }
 
     #[test]
