@@ -7,6 +7,10 @@
 //! from the target by at least the policy's hysteresis (`minChangeFraction`); requests the
 //! recommendation leaves as they are (an HPA scales on them, or the policy does not manage
 //! them) are not touched. Limits follow the recommendation (its limit policy).
+//!
+//! The maximum step (`maxStepFraction`) is applied here, against each pod's own requests:
+//! a change moves a pod at most that far, and the next round moves it further. The
+//! recommendation reported keeps the whole target.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +18,17 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::model::quantity::{format_milli, format_value, parse_milli, parse_value};
-use crate::rightsizing::Requests;
+use crate::rightsizing::recommender::next_step;
+use crate::rightsizing::{ContainerRecommendation, Requests};
+
+/// How far one round of actuation may move a pod.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rules {
+    /// Changes smaller than this fraction of the current request are not made.
+    pub min_change: f64,
+    /// Largest change per round, as a fraction of the current request (0: no limit).
+    pub max_step: f64,
+}
 
 /// New resources for one container of a pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,13 +123,15 @@ pub fn container_resize(
     Some(r)
 }
 
-/// The in-place resizes that bring `pods` to `targets` (recommended requests and limits
-/// per container name), skipping changes below `min_change`.
+/// The in-place resizes that move `pods` towards `targets` (the recommendation per
+/// container name), at most `rules.max_step` per round, skipping changes below
+/// `rules.min_change`.
 pub fn resizes<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
-    targets: &BTreeMap<String, Requests>,
-    min_change: f64,
+    targets: &BTreeMap<String, ContainerRecommendation>,
+    rules: Rules,
 ) -> Vec<Resize> {
+    let min_change = rules.min_change;
     let mut out = Vec::new();
     for pod in pods {
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
@@ -126,7 +142,20 @@ pub fn resizes<'a>(
         let containers: Vec<ContainerResize> = spec
             .containers
             .iter()
-            .filter_map(|c| container_resize(c, targets.get(&c.name)?, min_change))
+            .filter_map(|c| {
+                let recommendation = targets.get(&c.name)?;
+                let res = c.resources.as_ref();
+                let requests = res.and_then(|r| r.requests.as_ref());
+                let limits = res.and_then(|r| r.limits.as_ref());
+                let current = Requests {
+                    cpu: quantity(requests.and_then(|m| m.get("cpu")), true),
+                    memory: quantity(requests.and_then(|m| m.get("memory")), false),
+                    cpu_limit: quantity(limits.and_then(|m| m.get("cpu")), true),
+                    memory_limit: quantity(limits.and_then(|m| m.get("memory")), false),
+                };
+                let target = next_step(current, recommendation, rules.max_step);
+                container_resize(c, &target, min_change)
+            })
             .collect();
         if !containers.is_empty() {
             out.push(Resize {
@@ -150,22 +179,38 @@ mod tests {
         .expect("pod")
     }
 
-    fn target(cpu: i64, memory: i64) -> BTreeMap<String, Requests> {
+    fn target(cpu: i64, memory: i64) -> BTreeMap<String, ContainerRecommendation> {
+        let requests = Requests {
+            cpu: Some(cpu),
+            memory: Some(memory),
+            cpu_limit: None,
+            memory_limit: Some(memory),
+        };
         BTreeMap::from([(
             "app".to_string(),
-            Requests {
-                cpu: Some(cpu),
-                memory: Some(memory),
-                cpu_limit: None,
-                memory_limit: Some(memory),
+            ContainerRecommendation {
+                current: requests,
+                recommended: requests,
+                lower: (None, None),
+                upper: (None, None),
+                confidence: 1.0,
+                actionable: true,
+                reasons: Vec::new(),
+                hourly_cost_delta: 0.0,
+                memory_urgent: false,
             },
         )])
     }
 
+    const FREE: Rules = Rules {
+        min_change: 0.1,
+        max_step: 0.0,
+    };
+
     #[test]
     fn a_running_pod_far_from_its_target_is_resized_with_its_limit() {
         let p = pod("Running", "1", "1Gi");
-        let plan = resizes([&p], &target(400, 512 << 20), 0.1);
+        let plan = resizes([&p], &target(400, 512 << 20), FREE);
         assert_eq!(plan.len(), 1);
         let c = &plan[0].containers[0];
         assert_eq!(c.requests["cpu"].0, "400m");
@@ -177,11 +222,32 @@ mod tests {
     #[test]
     fn changes_within_the_hysteresis_and_pods_not_running_are_left_alone() {
         let p = pod("Running", "1", "1Gi");
-        assert!(resizes([&p], &target(950, 1 << 30), 0.1).is_empty());
+        assert!(resizes([&p], &target(950, 1 << 30), FREE).is_empty());
         let pending = pod("Pending", "1", "1Gi");
-        assert!(resizes([&pending], &target(400, 512 << 20), 0.1).is_empty());
+        assert!(resizes([&pending], &target(400, 512 << 20), FREE).is_empty());
         // Only the resource that moves enough is set.
-        let plan = resizes([&p], &target(400, 1 << 30), 0.1);
+        let plan = resizes([&p], &target(400, 1 << 30), FREE);
         assert!(!plan[0].containers[0].requests.contains_key("memory"));
+    }
+
+    #[test]
+    fn a_resize_moves_at_most_the_maximum_step_while_the_target_stays_whole() {
+        let p = pod("Running", "1", "1Gi");
+        let targets = target(200, 128 << 20);
+        let stepped = Rules {
+            min_change: 0.1,
+            max_step: 0.5,
+        };
+        let plan = resizes([&p], &targets, stepped);
+        let c = &plan[0].containers[0];
+        assert_eq!(c.requests["cpu"].0, "500m");
+        assert_eq!(c.requests["memory"].0, "512Mi");
+        assert_eq!(c.limits["memory"].0, "512Mi");
+        // The recommendation handed in is untouched: the next round moves further.
+        assert_eq!(targets["app"].recommended.cpu, Some(200));
+        let resized = pod("Running", "500m", "512Mi");
+        let plan = resizes([&resized], &targets, stepped);
+        assert_eq!(plan[0].containers[0].requests["cpu"].0, "250m");
+        assert_eq!(plan[0].containers[0].requests["memory"].0, "256Mi");
     }
 }

@@ -713,11 +713,16 @@ async fn resize_in_place<C: CloudProvider>(
     w: &Workload,
     containers: &[&ContainerOutcome],
 ) {
-    let targets: BTreeMap<String, Requests> = containers
+    let targets: BTreeMap<String, crate::rightsizing::ContainerRecommendation> = containers
         .iter()
-        .map(|c| (c.container.clone(), c.recommendation.recommended))
+        .map(|c| (c.container.clone(), c.recommendation.clone()))
         .collect();
-    let min_change = containers.first().map_or(0.1, |c| c.min_change);
+    // The maximum step is applied here, against each pod's requests; the Recommendation
+    // written above keeps the whole target.
+    let rules = crate::actuation::Rules {
+        min_change: containers.first().map_or(0.1, |c| c.min_change),
+        max_step: containers.first().map_or(0.5, |c| c.max_step),
+    };
     let pods = snapshot.pods.iter().map(|p| &**p).filter(|p| {
         workloads
             .of_pod(
@@ -727,7 +732,7 @@ async fn resize_in_place<C: CloudProvider>(
             .as_ref()
             == Some(w)
     });
-    for resize in crate::actuation::resizes(pods, &targets, min_change) {
+    for resize in crate::actuation::resizes(pods, &targets, rules) {
         match ctx.writer.resize_pod(&resize).await {
             Ok(()) => {
                 ctx.metrics.recommendation_applied(&resize.namespace);

@@ -1,26 +1,38 @@
 //! Backtesting recommenders: train on the first days of a trace, score the recommendation
 //! on the days after.
 //!
-//! Waste is what was requested but not used (core-hours, GiB-hours). Risk is, per
-//! container-day, the samples where memory use exceeded the recommended memory (a would-be
-//! OOM kill) and where CPU use exceeded twice the recommended CPU (starvation). Scoring is
-//! pure; traces come from `sim::traces` or from any usage source.
+//! The scoring is neutral: it uses no parameter of any recommender under test.
+//! - CPU waste: requested but not wanted core-hours, `(request - demand)+` per sample.
+//! - CPU starvation: the share of one-minute samples whose demand exceeds the request.
+//!   Demand is the usage, except for a container capped by its CPU limit, whose demand is
+//!   what it wanted (the generator knows it; a recommender sees only the capped usage and
+//!   the throttling counters).
+//! - Memory waste: requested but unused GiB-hours.
+//! - Memory risk: the share of five-minute windows whose highest working set exceeds the
+//!   request (a would-be OOM kill, or reclaim under pressure).
+//!
+//! The baselines (VPA's defaults, KRR's simple strategy) are in [`super::baselines`] and
+//! share no code with Tailor's recommender. Scoring is pure; traces come from
+//! `sim::traces` or from any usage source.
 
 use serde::Serialize;
 
+use super::baselines::{Vpa, krr};
 use super::policy::Policy;
 use super::recommender::{ContainerHistory, Context, Requests, recommend};
 
 const GIB: f64 = (1u64 << 30) as f64;
+/// Memory risk is counted per window of this many seconds.
+pub const MEMORY_RISK_WINDOW: i64 = 300;
 
 /// A recommender under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Algorithm {
     /// Tailor with its default policy.
     Tailor,
-    /// VPA's defaults: CPU p90 + 15%, memory p90 of daily peaks + 15%, 24h half-life.
+    /// VPA's recommender with its defaults ([`Vpa`]).
     Vpa,
-    /// KRR's simple strategy: CPU p95 of samples, memory maximum + 15%.
+    /// KRR's simple strategy ([`krr`]).
     Krr,
 }
 
@@ -38,12 +50,26 @@ impl Algorithm {
     }
 }
 
-/// Samples of one container: (unix seconds, cores) and (unix seconds, bytes).
+/// What a recommender sees of one container: usage samples (unix seconds, value).
 #[derive(Debug, Clone, Copy)]
 pub struct Samples<'a> {
-    /// CPU in cores.
+    /// CPU usage in cores, as cadvisor reports it.
     pub cpu: &'a [(i64, f64)],
-    /// Memory in bytes.
+    /// Memory working set in bytes.
+    pub memory: &'a [(i64, f64)],
+    /// Share of CFS periods throttled at each CPU sample's time, for containers with a CPU
+    /// limit (empty otherwise).
+    pub throttled: &'a [(i64, f64)],
+    /// The requests deployed (cores, bytes).
+    pub requests: (f64, f64),
+}
+
+/// What is scored: the demand and memory of the days after training.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    /// CPU demand in cores.
+    pub demand: &'a [(i64, f64)],
+    /// Memory working set in bytes.
     pub memory: &'a [(i64, f64)],
 }
 
@@ -56,86 +82,75 @@ pub struct Sized {
     pub memory: f64,
 }
 
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = (p * (values.len() - 1) as f64).round() as usize;
-    values[rank.min(values.len() - 1)]
-}
-
-/// VPA's defaults as a policy.
-pub fn vpa_policy() -> Policy {
-    Policy {
-        cpu_percentiles: (0.9, 0.5, 0.95),
-        memory_percentiles: (0.9, 0.5, 0.95),
-        cpu_margin: 0.15,
-        memory_margin: 0.15,
-        half_life: 86_400,
-        max_step: 0.0,
-        min_change: 0.0,
-        ..Policy::vpa_compatible()
-    }
-}
-
 /// Trains `algorithm` on `train` and returns its recommendation at `now`.
 pub fn train(algorithm: Algorithm, train: Samples<'_>, now: i64) -> Sized {
     match algorithm {
         Algorithm::Krr => {
-            let mut cpu: Vec<f64> = train.cpu.iter().map(|s| s.1).collect();
-            let max_mem = train.memory.iter().map(|s| s.1).fold(0.0, f64::max);
-            Sized {
-                cpu: percentile(&mut cpu, 0.95),
-                memory: max_mem * 1.15,
-            }
+            let cpu: Vec<f64> = train.cpu.iter().map(|s| s.1).collect();
+            let memory: Vec<f64> = train.memory.iter().map(|s| s.1).collect();
+            let (cpu, memory) = krr(&cpu, &memory);
+            Sized { cpu, memory }
         }
-        Algorithm::Vpa => train_policy(&vpa_policy(), train, now),
-        Algorithm::Tailor => train_policy(&tailor_policy(), train, now),
+        Algorithm::Vpa => {
+            let mut vpa = Vpa::default();
+            for (t, v) in train.cpu {
+                vpa.add_cpu(*t, *v);
+            }
+            for (t, v) in train.memory {
+                vpa.add_memory(*t, *v);
+            }
+            let (cpu, memory) = vpa.target();
+            Sized { cpu, memory }
+        }
+        Algorithm::Tailor => train_policy(&Policy::default(), train, now),
     }
 }
 
-/// Tailor's default policy, without the stability rules (hysteresis, step) that only
-/// matter between successive recommendations.
-pub fn tailor_policy() -> Policy {
-    Policy {
-        max_step: 0.0,
-        min_change: 0.0,
-        ..Policy::default()
-    }
-}
-
-/// Trains the recommender with `policy` and returns its recommendation at `now`.
+/// Trains Tailor's recommender with `policy`, starting from the deployed requests, and
+/// returns the recommendation it reports at `now`.
 pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
     let start = train.cpu.first().map_or(0, |s| s.0);
     let mut h = ContainerHistory::new(policy, start);
+    let mut throttled = train.throttled.iter().peekable();
     for (t, v) in train.cpu {
-        h.add_cpu(*t, *v);
+        while throttled.next_if(|s| s.0 < *t).is_some() {}
+        match throttled.next_if(|s| s.0 == *t) {
+            Some((_, share)) => h.add_cpu_throttled(*t, *v, *share),
+            None => h.add_cpu(*t, *v),
+        }
     }
     for (t, v) in train.memory {
         h.add_memory(*t, *v);
     }
-    let r = recommend(&h, Requests::default(), policy, &Context::default(), now);
+    let current = Requests {
+        cpu: Some((train.requests.0 * 1000.0).ceil() as i64),
+        memory: Some(train.requests.1.ceil() as i64),
+        cpu_limit: None,
+        memory_limit: None,
+    };
+    let r = recommend(&h, current, policy, &Context::default(), now);
     Sized {
         cpu: r.recommended.cpu.unwrap_or(0) as f64 / 1000.0,
         memory: r.recommended.memory.unwrap_or(0) as f64,
     }
 }
 
-/// Waste and risk of a recommendation over test samples.
+/// Waste and risk of a recommendation over the scored days.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Score {
-    /// Requested but unused core-hours.
+    /// Requested but not wanted core-hours.
     pub waste_core_hours: f64,
     /// Requested but unused GiB-hours.
     pub waste_gib_hours: f64,
-    /// Samples with memory above the recommendation.
-    pub memory_risk_samples: u64,
-    /// Samples with CPU above twice the recommendation.
-    pub cpu_risk_samples: u64,
-    /// Container-days scored.
-    pub container_days: f64,
+    /// CPU samples scored.
+    pub cpu_samples: u64,
+    /// CPU samples whose demand exceeded the request.
+    pub cpu_starved: u64,
+    /// Memory windows scored.
+    pub memory_windows: u64,
+    /// Memory windows whose highest working set exceeded the request.
+    pub memory_over: u64,
 }
 
 impl Score {
@@ -143,41 +158,55 @@ impl Score {
     pub fn add(&mut self, o: &Score) {
         self.waste_core_hours += o.waste_core_hours;
         self.waste_gib_hours += o.waste_gib_hours;
-        self.memory_risk_samples += o.memory_risk_samples;
-        self.cpu_risk_samples += o.cpu_risk_samples;
-        self.container_days += o.container_days;
+        self.cpu_samples += o.cpu_samples;
+        self.cpu_starved += o.cpu_starved;
+        self.memory_windows += o.memory_windows;
+        self.memory_over += o.memory_over;
     }
 
-    /// Would-be OOM samples per container-day.
-    pub fn memory_risk_rate(&self) -> f64 {
-        self.memory_risk_samples as f64 / self.container_days.max(1e-9)
+    /// Share of CPU samples starved (0..1).
+    pub fn starvation(&self) -> f64 {
+        self.cpu_starved as f64 / (self.cpu_samples as f64).max(1.0)
     }
 
-    /// Starvation samples per container-day.
-    pub fn cpu_risk_rate(&self) -> f64 {
-        self.cpu_risk_samples as f64 / self.container_days.max(1e-9)
+    /// Share of memory windows over the request (0..1).
+    pub fn memory_risk(&self) -> f64 {
+        self.memory_over as f64 / (self.memory_windows as f64).max(1.0)
     }
 }
 
-/// Scores a recommendation on test samples taken every `step` seconds.
-pub fn score(rec: Sized, test: Samples<'_>, step: i64) -> Score {
+/// Scores a recommendation on the observed samples, taken every `step` seconds.
+pub fn score(rec: Sized, test: Observed<'_>, step: i64) -> Score {
     let hours = step as f64 / 3600.0;
-    let mut s = Score {
-        container_days: test.cpu.len() as f64 * step as f64 / 86_400.0,
-        ..Score::default()
+    let mut s = Score::default();
+    for (_, wanted) in test.demand {
+        s.cpu_samples += 1;
+        s.waste_core_hours += (rec.cpu - wanted).max(0.0) * hours;
+        if *wanted > rec.cpu {
+            s.cpu_starved += 1;
+        }
+    }
+    let mut window: Option<(i64, f64)> = None;
+    let close = |w: Option<(i64, f64)>, s: &mut Score| {
+        if let Some((_, peak)) = w {
+            s.memory_windows += 1;
+            if peak > rec.memory {
+                s.memory_over += 1;
+            }
+        }
     };
-    for (_, used) in test.cpu {
-        s.waste_core_hours += (rec.cpu - used).max(0.0) * hours;
-        if *used > 2.0 * rec.cpu {
-            s.cpu_risk_samples += 1;
-        }
-    }
-    for (_, used) in test.memory {
+    for (t, used) in test.memory {
         s.waste_gib_hours += (rec.memory - used).max(0.0) / GIB * hours;
-        if *used > rec.memory {
-            s.memory_risk_samples += 1;
+        let w = t.div_euclid(MEMORY_RISK_WINDOW);
+        match &mut window {
+            Some((current, peak)) if *current == w => *peak = peak.max(*used),
+            _ => {
+                close(window, &mut s);
+                window = Some((w, *used));
+            }
         }
     }
+    close(window, &mut s);
     s
 }
 
@@ -194,74 +223,68 @@ mod tests {
     }
 
     #[test]
-    fn waste_and_risk_are_counted_per_sample() {
+    fn waste_starved_samples_and_memory_windows_over_the_request_are_counted() {
         let (c, m) = flat(60, 1.0, GIB);
-        let rec = Sized {
+        let observed = Observed {
+            demand: &c,
+            memory: &m,
+        };
+        let roomy = Sized {
             cpu: 2.0,
             memory: 2.0 * GIB,
         };
-        let s = score(
-            rec,
-            Samples {
-                cpu: &c,
-                memory: &m,
-            },
-            60,
-        );
+        let s = score(roomy, observed, 60);
         assert!((s.waste_core_hours - 1.0).abs() < 1e-9);
         assert!((s.waste_gib_hours - 1.0).abs() < 1e-9);
-        assert_eq!((s.cpu_risk_samples, s.memory_risk_samples), (0, 0));
+        assert_eq!((s.cpu_samples, s.cpu_starved), (60, 0));
+        assert_eq!((s.memory_windows, s.memory_over), (12, 0));
+        // Any demand above the request starves, whatever the recommender's own guard.
         let tight = Sized {
-            cpu: 0.4,
+            cpu: 0.99,
             memory: 0.5 * GIB,
         };
+        let s = score(tight, observed, 60);
+        assert_eq!(s.starvation(), 1.0);
+        assert_eq!((s.memory_windows, s.memory_over), (12, 12));
+        // One minute over the request in one five-minute window is one window at risk.
+        let mut spike = m.clone();
+        spike[7].1 = 3.0 * GIB;
         let s = score(
-            tight,
-            Samples {
-                cpu: &c,
-                memory: &m,
+            roomy,
+            Observed {
+                demand: &c,
+                memory: &spike,
             },
             60,
         );
-        assert_eq!((s.cpu_risk_samples, s.memory_risk_samples), (60, 60));
-        assert!((s.container_days - 1.0 / 24.0).abs() < 1e-9);
+        assert_eq!(s.memory_over, 1);
+        assert!((s.memory_risk() - 1.0 / 12.0).abs() < 1e-12);
     }
 
     #[test]
-    fn krr_takes_the_cpu_p95_and_memory_maximum_plus_15_percent() {
-        let c: Vec<(i64, f64)> = (0..100)
-            .map(|i| (i * 60, f64::from(i as i32 + 1) / 100.0))
-            .collect();
-        let m: Vec<(i64, f64)> = (0..100)
-            .map(|i| (i * 60, GIB * (1.0 + i as f64 / 100.0)))
-            .collect();
-        let r = train(
-            Algorithm::Krr,
-            Samples {
-                cpu: &c,
-                memory: &m,
-            },
-            6000,
-        );
-        assert!((r.cpu - 0.95).abs() < 0.011, "{r:?}");
-        assert!((r.memory - GIB * 1.99 * 1.15).abs() < 1.0);
-    }
-
-    #[test]
-    fn vpa_on_flat_usage_recommends_usage_plus_its_margin() {
+    fn the_baselines_are_trained_on_usage_only() {
         let (c, m) = flat(3 * 1440, 1.0, GIB);
-        let r = train(
-            Algorithm::Vpa,
+        let shares: Series = c.iter().map(|(t, _)| (*t, 0.9)).collect();
+        fn seen<'a>(c: &'a Series, m: &'a Series, throttled: &'a [(i64, f64)]) -> Samples<'a> {
             Samples {
-                cpu: &c,
-                memory: &m,
-            },
-            3 * 86_400,
-        );
-        assert!(r.cpu >= 1.15 && r.cpu <= 1.15 * 1.05 + 0.001, "{r:?}");
-        assert!(
-            r.memory >= 1.15 * GIB && r.memory <= 1.15 * 1.05 * GIB + (1 << 20) as f64,
-            "{r:?}"
-        );
+                cpu: c,
+                memory: m,
+                throttled,
+                requests: (1.0, GIB),
+            }
+        }
+        // VPA and KRR read cadvisor's usage: throttling does not move them.
+        for alg in [Algorithm::Vpa, Algorithm::Krr] {
+            assert_eq!(
+                train(alg, seen(&c, &m, &[]), 3 * 86_400),
+                train(alg, seen(&c, &m, &shares), 3 * 86_400)
+            );
+        }
+        let vpa = train(Algorithm::Vpa, seen(&c, &m, &[]), 3 * 86_400);
+        assert!(vpa.cpu > 1.15 && vpa.cpu < 1.15 * 1.05, "{vpa:?}");
+        // Tailor estimates the demand behind heavy throttling.
+        let plain = train(Algorithm::Tailor, seen(&c, &m, &[]), 3 * 86_400);
+        let throttled = train(Algorithm::Tailor, seen(&c, &m, &shares), 3 * 86_400);
+        assert!(throttled.cpu > 1.5 * plain.cpu, "{plain:?} {throttled:?}");
     }
 }

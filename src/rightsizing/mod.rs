@@ -2,9 +2,11 @@
 //!
 //! [`histogram`] holds VPA's decaying histogram; [`recommender`] keeps per-container
 //! history and turns it into a recommendation under a [`policy::Policy`]. Reading usage
-//! from Prometheus lives in `usage/`; applying recommendations in `actuation/`.
+//! from Prometheus lives in `usage/`; applying recommendations in `actuation/`. [`backtest`]
+//! scores it against independent reimplementations of VPA and KRR ([`baselines`]).
 
 pub mod backtest;
+pub mod baselines;
 pub mod histogram;
 pub mod policy;
 pub mod recommender;

@@ -276,6 +276,8 @@ pub struct ContainerOutcome {
     pub update: crate::apis::UpdateMode,
     /// Smallest relative change worth applying.
     pub min_change: f64,
+    /// Largest relative change one actuation round makes (0: no limit).
+    pub max_step: f64,
     /// The recommendation.
     pub recommendation: ContainerRecommendation,
     /// Hourly usage read this time (when asked for).
@@ -603,6 +605,7 @@ pub async fn recommend_workloads<S: UsageSource>(
                 mode: policy.mode,
                 update: policy.update,
                 min_change: policy.min_change,
+                max_step: policy.max_step,
                 recommendation,
                 hours: pooled.hours.clone(),
                 last_sample: pooled.history.last_sample(),

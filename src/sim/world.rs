@@ -805,13 +805,17 @@ impl World<'_> {
                 .cpu
                 .map(|_| (r.actionable, r.hourly_cost_delta));
         }
-        let (Some(cpu), Some(memory)) = (r.recommended.cpu, r.recommended.memory) else {
+        // The recommendation is the whole target; a change moves at most the policy's
+        // step towards it (an OOM-driven memory increase whole), as actuation does.
+        let applied =
+            crate::rightsizing::recommender::next_step(current, &r, self.settings.policy.max_step);
+        let (Some(cpu), Some(memory)) = (applied.cpu, applied.memory) else {
             return None;
         };
         let mut next = Sizes {
             cpu,
             memory,
-            memory_limit: r.recommended.memory_limit.unwrap_or(memory).max(memory),
+            memory_limit: applied.memory_limit.unwrap_or(memory).max(memory),
         };
         if oom {
             if next.memory <= s.memory {

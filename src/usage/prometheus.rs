@@ -477,14 +477,24 @@ impl PrometheusSource {
         let window = (self.settings.rate_window.as_secs() as i64).max(step);
         let cpu_chunks = time_chunks(query.start, query.end, step);
         let cpu_points = (cpu_chunks[0].1 - cpu_chunks[0].0) / step + 1;
+        // A container capped by its CPU limit uses no more than the limit, whatever it
+        // wanted; where cadvisor's CFS counters show throttling, the demand is estimated
+        // from them as `rightsizing::recommender::throttled_demand` does (usage times one
+        // plus the throttled share of periods), in the same query, so the query count
+        // does not grow.
         for group in groups(containers, budget(cpu_points)) {
-            let union = self.union(query, &group, |sel| {
-                format!(
-                    "rate({}[{window}s])",
-                    self.selector("container_cpu_usage_seconds_total", "", sel)
-                )
-            });
-            let promql = format!("sum by ({by}) ({union})");
+            let rate_of = |metric: &'static str| {
+                let union = self.union(query, &group, |sel| {
+                    format!("rate({}[{window}s])", self.selector(metric, "", sel))
+                });
+                format!("sum by ({by}) ({union})")
+            };
+            let usage = rate_of("container_cpu_usage_seconds_total");
+            let promql = format!(
+                "({usage} * (1 + clamp_max({} / ({} > 0), 1))) or {usage}",
+                rate_of("container_cpu_cfs_throttled_periods_total"),
+                rate_of("container_cpu_cfs_periods_total"),
+            );
             for (s, e) in &cpu_chunks {
                 out.push(PlannedQuery {
                     metric: Metric::Cpu,
@@ -949,6 +959,12 @@ mod tests {
         let count = |m: Metric| plan.iter().filter(|p| p.metric == m).count();
         assert_eq!(count(Metric::Oom), 1);
         assert!(count(Metric::Memory) <= 2, "{}", count(Metric::Memory));
+        // Throttling is read in the CPU queries themselves: no extra query.
+        assert!(plan.iter().filter(|p| p.metric == Metric::Cpu).all(|p| {
+            p.promql
+                .contains("container_cpu_cfs_throttled_periods_total")
+                && p.promql.contains("container_cpu_cfs_periods_total")
+        }));
         assert!(plan.len() < 30, "{} queries", plan.len());
         for p in &plan {
             assert!((p.end - p.start) / p.step < MAX_POINTS_PER_SERIES, "{p:?}");
