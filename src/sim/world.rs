@@ -75,6 +75,15 @@ fn node_pool(name: &str, capacity_type: &str, weight: i32, types: &[InstanceType
 pub struct RunSettings {
     /// Recommend-only (report right-sizing and disruption) or autonomous (act).
     pub mode: Mode,
+    /// In autonomous mode, whether right-sizing is applied (false: consolidation only,
+    /// with requests as deployed, as users of Karpenter run today).
+    pub rightsizing: bool,
+    /// Tailor's cost-aware packer for provisioning and replacements; off, Karpenter-style
+    /// greedy packing.
+    pub cost_aware: bool,
+    /// Seconds ahead disruption looks at the requests' daily and weekly cycle: capacity the
+    /// history says will be needed within this horizon is kept (0: no look ahead).
+    pub forecast_horizon: i64,
     /// Disruption thresholds.
     pub disruption: disruption::Settings,
     /// The right-sizing policy.
@@ -94,12 +103,43 @@ impl RunSettings {
     pub fn for_mode(mode: Mode) -> Self {
         RunSettings {
             mode,
+            rightsizing: true,
+            cost_aware: true,
+            forecast_horizon: disruption::forecast::DEFAULT_HORIZON,
             disruption: disruption::Settings::default(),
             policy: Policy::default(),
             rightsizing_every: 6 * 3600,
             disruption_every: 600,
             consolidate_after: 1800,
             budget_percent: 10,
+        }
+    }
+
+    /// What users run today: Karpenter-style greedy packing and consolidation (any saving
+    /// at all, no cost per eviction, no look ahead) on the same NodePools, with requests
+    /// as deployed (recommendations are reported, never applied).
+    pub fn consolidation_only() -> Self {
+        RunSettings {
+            rightsizing: false,
+            cost_aware: false,
+            forecast_horizon: 0,
+            disruption: disruption::Settings::karpenter(),
+            ..RunSettings::for_mode(Mode::Autonomous)
+        }
+    }
+
+    /// Whether right-sizing recommendations are applied.
+    fn applies_rightsizing(&self) -> bool {
+        self.mode == Mode::Autonomous && self.rightsizing
+    }
+
+    /// The run's name in the report: `recommend-only`, `consolidation-only` or
+    /// `autonomous`.
+    pub fn name(&self) -> &'static str {
+        match (self.mode, self.rightsizing) {
+            (Mode::RecommendOnly, _) => "recommend-only",
+            (Mode::Autonomous, false) => "consolidation-only",
+            (Mode::Autonomous, true) => "autonomous",
         }
     }
 }
@@ -208,7 +248,7 @@ pub struct WorkloadOutcome {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
-    /// `recommend-only` or `autonomous`.
+    /// `recommend-only`, `consolidation-only` or `autonomous`.
     pub mode: String,
     /// Hourly samples.
     pub samples: Vec<Sample>,
@@ -292,6 +332,11 @@ struct World<'a> {
     last_recommendation: Vec<Option<(bool, f64)>>,
     /// Per namespace: CPU cores and memory bytes used in the last step.
     used_by_namespace: BTreeMap<String, (f64, f64)>,
+    /// Requests per NodePool over time, and what they expect of the next hours.
+    demand: disruption::forecast::DemandHistory,
+    /// What each NodePool is expected to carry within the forecast horizon, as of the
+    /// last disruption evaluation.
+    expected: BTreeMap<String, Resources>,
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
@@ -413,6 +458,7 @@ impl World<'_> {
                 .map(|p| (p.name.clone(), rules.clone()))
                 .collect(),
             now: self.now,
+            expected: self.expected.clone(),
         }
     }
 
@@ -655,6 +701,7 @@ impl World<'_> {
             &input,
             &Options {
                 name_prefix: format!("p{}-", self.rounds),
+                cost_aware: self.settings.cost_aware,
                 ..Options::default()
             },
         );
@@ -757,7 +804,7 @@ impl World<'_> {
         // Tailor reacts to an OOM kill at once: the workload's memory is bumped and the
         // container restarts at the new size (in place when its node has room, otherwise
         // the pod is recreated elsewhere).
-        if self.settings.mode == Mode::Autonomous {
+        if self.settings.applies_rightsizing() {
             for key in killed {
                 let Some(i) = self.pods.iter().position(|p| p.key == key) else {
                     continue;
@@ -843,7 +890,7 @@ impl World<'_> {
                 continue;
             };
             changed += 1;
-            if self.settings.mode != Mode::Autonomous {
+            if !self.settings.applies_rightsizing() {
                 self.sizes[w] = before; // reported only
                 let pods = self.pods.iter().filter(|p| p.workload == w).count();
                 if let Some((true, delta)) = self.last_recommendation[w] {
@@ -876,7 +923,7 @@ impl World<'_> {
                         || self.sizes[w].memory != original.memory_request
                 })
                 .count();
-            let actionable = if self.settings.mode == Mode::Autonomous {
+            let actionable = if self.settings.applies_rightsizing() {
                 0
             } else {
                 changed
@@ -1206,6 +1253,8 @@ pub async fn run(
         reported_types: Default::default(),
         last_recommendation: vec![None; scenario.workloads.len()],
         used_by_namespace: BTreeMap::new(),
+        demand: disruption::forecast::DemandHistory::new(),
+        expected: BTreeMap::new(),
     };
     if let Some(m) = metrics {
         // Per-namespace counters start at zero: a namespace without OOM kills shows 0.
@@ -1277,7 +1326,13 @@ pub async fn run(
             recommended = world.rightsize();
         }
         if since % settings.disruption_every == 0 && !disrupter.busy() {
-            let view = world.view();
+            let mut view = world.view();
+            world.demand.record(&view.input, world.now);
+            world.expected =
+                world
+                    .demand
+                    .expected(&view.input, world.now, settings.forecast_horizon);
+            view.expected = world.expected.clone();
             let started = std::time::Instant::now();
             let report = disruption::evaluate(&view, &settings.disruption);
             if let Some(m) = &world.metrics {
@@ -1367,7 +1422,7 @@ pub async fn run(
         memory_requested_end: last.memory_requested,
         requests_value_per_hour: last.cpu_requested * world.context.prices.per_core_hour
             + last.memory_requested * world.context.prices.per_gib_hour,
-        recommendations: if settings.mode == Mode::Autonomous {
+        recommendations: if settings.applies_rightsizing() {
             world.applied
         } else {
             recommended
@@ -1410,10 +1465,7 @@ pub async fn run(
         })
         .collect();
     RunResult {
-        mode: match settings.mode {
-            Mode::Autonomous => "autonomous".to_string(),
-            Mode::RecommendOnly => "recommend-only".to_string(),
-        },
+        mode: settings.name().to_string(),
         samples,
         workloads,
         summary,
