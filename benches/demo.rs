@@ -7,7 +7,11 @@
 //! (101-110) that no setting was tuned on.
 //!
 //! Flags: `--seeds 1-20,101-110` (ranges and single seeds; each comma-separated group is a
-//! set), `--days 7`, `--threads 2`. Without `--bench` (as `cargo test --all-targets` runs
+//! set), `--days 7`, `--threads 2`, and `--set key=value` (repeated) to try other
+//! autonomous settings: horizon, headroom, per-eviction, fraction, budget,
+//! consolidate-after, disruption-every, rightsizing-every, memory-margin, cpu-margin,
+//! max-step, min-change, limits (keep or ratio); `--autonomous-only` skips the other two
+//! runs while tuning. Without `--bench` (as `cargo test --all-targets` runs
 //! it) a smoke run: one seed, one day.
 
 use std::sync::Mutex;
@@ -118,18 +122,65 @@ fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-fn run_seed(seed: u64, days: u32, types: &[InstanceType]) -> Outcome {
+/// The autonomous settings with `--set key=value` overrides applied (for tuning; the
+/// defaults are the demo's).
+fn autonomous(overrides: &[(String, String)]) -> RunSettings {
+    let mut s = RunSettings::for_mode(Mode::Autonomous);
+    for (key, value) in overrides {
+        let number = || -> f64 { value.parse().expect("--set: a number") };
+        match key.as_str() {
+            "horizon" => s.forecast_horizon = number() as i64,
+            "headroom" => s.disruption.headroom = number(),
+            "per-eviction" => s.disruption.min_savings_per_eviction = number(),
+            "fraction" => s.disruption.min_savings_fraction = number(),
+            "budget" => s.budget_percent = number() as u32,
+            "consolidate-after" => s.consolidate_after = number() as i64,
+            "disruption-every" => s.disruption_every = number() as i64,
+            "rightsizing-every" => s.rightsizing_every = number() as i64,
+            "memory-margin" => s.policy.memory_margin = number(),
+            "cpu-margin" => s.policy.cpu_margin = number(),
+            "max-step" => s.policy.max_step = number(),
+            "min-change" => s.policy.min_change = number(),
+            "limits" => {
+                s.policy.limits = match value.as_str() {
+                    "keep" => tailor::apis::LimitsPolicy::Keep,
+                    "ratio" => tailor::apis::LimitsPolicy::KeepRatio,
+                    other => panic!("--set limits: keep or ratio, not {other}"),
+                }
+            }
+            other => panic!("--set: unknown setting {other}"),
+        }
+    }
+    s
+}
+
+fn run_seed(
+    seed: u64,
+    days: u32,
+    types: &[InstanceType],
+    overrides: &[(String, String)],
+    autonomous_only: bool,
+) -> Outcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
     let scenario = Scenario::mid_size(seed, days);
     let mut summaries = Vec::new();
-    for settings in [
-        RunSettings::for_mode(Mode::RecommendOnly),
-        RunSettings::consolidation_only(),
-        RunSettings::for_mode(Mode::Autonomous),
-    ] {
+    let runs = if autonomous_only {
+        // Tuning: the other two runs do not depend on the autonomous settings; their
+        // figures (and the cost ratios) read as zero.
+        summaries.push(RunSummary::default());
+        summaries.push(RunSummary::default());
+        vec![autonomous(overrides)]
+    } else {
+        vec![
+            RunSettings::for_mode(Mode::RecommendOnly),
+            RunSettings::consolidation_only(),
+            autonomous(overrides),
+        ]
+    };
+    for settings in runs {
         let run = runtime.block_on(world::run(
             &scenario,
             &settings,
@@ -164,13 +215,22 @@ fn min_median_max(mut v: Vec<f64>) -> (f64, f64, f64) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
-    let sets = parse_sets(flag(&args, "--seeds").unwrap_or(if full { "1-20,101-110" } else { "7" }));
+    let sets =
+        parse_sets(flag(&args, "--seeds").unwrap_or(if full { "1-20,101-110" } else { "7" }));
     let days: u32 = flag(&args, "--days")
         .map(|d| d.parse().expect("--days: a number"))
         .unwrap_or(if full { 7 } else { 1 });
     let threads: usize = flag(&args, "--threads")
         .map(|d| d.parse().expect("--threads: a number"))
         .unwrap_or(2);
+    let autonomous_only = args.iter().any(|a| a == "--autonomous-only");
+    let overrides: Vec<(String, String)> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--set")
+        .filter_map(|(i, _)| args.get(i + 1)?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let types = Catalog::builtin()
         .expect("the built-in catalog")
         .instance_types(&CatalogOptions::for_region("eastus"))
@@ -199,7 +259,7 @@ fn main() {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(&seed) = seeds.get(i) else { break };
-                    let o = run_seed(seed, days, &types);
+                    let o = run_seed(seed, days, &types, &overrides, autonomous_only);
                     println!(
                         "{:>5} {:>9.0} {:>9.0} {:>9.0} {:>6.3} {:>6.3} {:>6} {:>5} {:>7.2} {:>6} | {:>6} {:>6}",
                         o.seed,

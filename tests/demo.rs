@@ -41,7 +41,10 @@ fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
     ] {
         let pending = f(&run["summary"]["pendingPodHours"]);
         assert!(pending <= 3.0, "{name}: {pending} pending pod-hours");
-        let last = run["samples"].as_array().and_then(|s| s.last()).expect("samples");
+        let last = run["samples"]
+            .as_array()
+            .and_then(|s| s.last())
+            .expect("samples");
         assert_eq!(f(&last["pending"]), 0.0, "{name}: pods pending at the end");
     }
     assert!(

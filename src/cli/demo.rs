@@ -89,7 +89,9 @@ pub fn table(r: &DemoReport) -> String {
     row(&mut t, "$/hour (start -> end)", &|s| {
         format!("{:.2} -> {:.2}", s.hourly_cost_start, s.hourly_cost_end)
     });
-    row(&mut t, "total spent ($)", &|s| format!("{:.0}", s.total_cost));
+    row(&mut t, "total spent ($)", &|s| {
+        format!("{:.0}", s.total_cost)
+    });
     row(&mut t, "requested CPU at end (cores)", &|s| {
         format!("{:.1}", s.cpu_requested_end)
     });
@@ -489,14 +491,8 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
             };
             // /metrics shows the autonomous run.
             let recorded = (name == "autonomous").then_some(&metrics);
-            let result = world::run(
-                &scenario,
-                &settings,
-                types.clone(),
-                recorded,
-                &mut progress,
-            )
-            .await;
+            let result =
+                world::run(&scenario, &settings, types.clone(), recorded, &mut progress).await;
             runs.push(result);
         }
         let autonomous = runs.pop().unwrap_or_else(|| empty_run("autonomous"));

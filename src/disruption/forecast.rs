@@ -48,8 +48,11 @@ pub struct DemandHistory {
 /// Requested CPU (millicores) and memory (bytes) of the pods on each pool's nodes, every
 /// pool of `input` included (a pool without nodes requests nothing).
 fn requested(input: &Input) -> BTreeMap<String, (i64, i64)> {
-    let mut out: BTreeMap<String, (i64, i64)> =
-        input.pools.iter().map(|p| (p.name.clone(), (0, 0))).collect();
+    let mut out: BTreeMap<String, (i64, i64)> = input
+        .pools
+        .iter()
+        .map(|p| (p.name.clone(), (0, 0)))
+        .collect();
     for node in &input.nodes {
         let Some(pool) = node.labels.get(labels::NODE_POOL) else {
             continue;
@@ -77,7 +80,11 @@ impl DemandHistory {
             if points.back().is_some_and(|p| now - p.t < RESOLUTION) {
                 continue;
             }
-            points.push_back(Point { t: now, cpu, memory });
+            points.push_back(Point {
+                t: now,
+                cpu,
+                memory,
+            });
             while points.front().is_some_and(|p| now - p.t > KEEP) {
                 points.pop_front();
             }
@@ -85,8 +92,8 @@ impl DemandHistory {
     }
 
     /// Per pool, the requests its nodes are expected to carry at the most within
-    /// `[now, now + horizon]`; pools whose history does not reach a day back have no
-    /// entry (nothing is known of their cycle).
+    /// `[now, now + horizon]`. A pool whose history does not reach a day back is expected
+    /// to need the most it requested so far; a pool without history has no entry.
     pub fn expected(&self, input: &Input, now: i64, horizon: i64) -> BTreeMap<String, Resources> {
         let mut out = BTreeMap::new();
         if horizon <= 0 {
@@ -106,10 +113,11 @@ impl DemandHistory {
                 else {
                     continue;
                 };
-                let window = points.iter().filter(|p| p.t >= then && p.t <= then + horizon);
-                let (peak_cpu, peak_memory) = window.fold((0, 0), |a, p| {
-                    (a.0.max(p.cpu), a.1.max(p.memory))
-                });
+                let window = points
+                    .iter()
+                    .filter(|p| p.t >= then && p.t <= then + horizon);
+                let (peak_cpu, peak_memory) =
+                    window.fold((0, 0), |a, p| (a.0.max(p.cpu), a.1.max(p.memory)));
                 let scale = |now: i64, base: i64, peak: i64| -> i64 {
                     if base > 0 {
                         (now as f64 * peak as f64 / base as f64).round() as i64
@@ -124,6 +132,17 @@ impl DemandHistory {
                 );
                 grown = Some(grown.map_or(e, |g| (g.0.max(e.0), g.1.max(e.1))));
             }
+            // Until a day is recorded the cycle is unknown: the capacity needed since the
+            // history began is kept, rather than removed at the first trough and bought
+            // again at the next peak.
+            let grown = grown.or_else(|| {
+                let first = points.front()?;
+                (now - first.t >= RESOLUTION).then(|| {
+                    points
+                        .iter()
+                        .fold((cpu, memory), |a, p| (a.0.max(p.cpu), a.1.max(p.memory)))
+                })
+            });
             if let Some((cpu, memory)) = grown {
                 out.insert(pool, Resources::cpu_memory(cpu, memory));
             }
@@ -211,14 +230,25 @@ mod tests {
     }
 
     #[test]
-    fn without_a_day_of_history_or_a_horizon_nothing_is_expected() {
+    fn before_a_day_of_history_the_most_requested_so_far_is_expected() {
         let mut history = DemandHistory::new();
+        assert!(
+            history.expected(&input(4_000, 8), 0, 6 * 3600).is_empty(),
+            "no history, no expectation"
+        );
         for h in 0..20 {
-            history.record(&input(4_000, 8), h * 3600);
+            let cpu = if h == 10 { 9_000 } else { 4_000 };
+            history.record(&input(cpu, 8), h * 3600);
         }
-        assert!(history.expected(&input(4_000, 8), 20 * 3600, 6 * 3600).is_empty());
-        a_day_of_cycle(&mut history, 1);
-        assert!(history.expected(&input(4_000, 8), 2 * DAY, 0).is_empty());
+        let expected = history.expected(&input(4_000, 8), 20 * 3600, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 9_000);
+    }
+
+    #[test]
+    fn without_a_horizon_nothing_is_expected() {
+        let mut history = DemandHistory::new();
+        a_day_of_cycle(&mut history, 0);
+        assert!(history.expected(&input(4_000, 8), DAY + 3600, 0).is_empty());
     }
 
     #[test]
@@ -228,6 +258,10 @@ mod tests {
         history.record(&input(9_000, 1), 60);
         assert_eq!(history.pools["default"].len(), 1);
         history.record(&input(1_000, 1), 9 * DAY);
-        assert_eq!(history.pools["default"].len(), 1, "the first is past a week and a day");
+        assert_eq!(
+            history.pools["default"].len(),
+            1,
+            "the first is past a week and a day"
+        );
     }
 }

@@ -549,7 +549,11 @@ impl Work<'_> {
                     .pools
                     .iter()
                     .find(|p| &p.name == pool)
-                    .and_then(|p| p.instance_types.iter().find(|t| t.name == claim.instance_type))
+                    .and_then(|p| {
+                        p.instance_types
+                            .iter()
+                            .find(|t| t.name == claim.instance_type)
+                    })
                 {
                     capacity = capacity
                         .checked_add(&t.allocatable)
@@ -557,7 +561,8 @@ impl Work<'_> {
                 }
             }
             for dimension in [Dimension::Cpu, Dimension::Memory] {
-                let want = (expected.get(&dimension) as f64 * (1.0 + self.settings.headroom)) as i64;
+                let want =
+                    (expected.get(&dimension) as f64 * (1.0 + self.settings.headroom)) as i64;
                 let have = capacity.get(&dimension);
                 if have < want {
                     return Err(format!(
@@ -658,7 +663,10 @@ impl Work<'_> {
             .sum();
         let new: f64 = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
         let savings = price - new;
-        let evictions = set.iter().map(|&i| movable(&self.nodes[i]).count()).sum::<usize>();
+        let evictions = set
+            .iter()
+            .map(|&i| movable(&self.nodes[i]).count())
+            .sum::<usize>();
         let needed = (price * self.settings.min_savings_fraction)
             .max(self.settings.min_savings_per_hour)
             + evictions as f64 * self.settings.min_savings_per_eviction;

@@ -107,7 +107,14 @@ impl RunSettings {
             cost_aware: true,
             forecast_horizon: disruption::forecast::DEFAULT_HORIZON,
             disruption: disruption::Settings::default(),
-            policy: Policy::default(),
+            // Requests are sized to the usage history; the teams' memory limits stay
+            // where they set them, so a peak above anything seen so far is absorbed by the
+            // node rather than killed at a limit cut down to the request. (A node whose
+            // pods outgrow its memory still kills, see `usage`.)
+            policy: Policy {
+                limits: crate::apis::LimitsPolicy::Keep,
+                ..Policy::default()
+            },
             rightsizing_every: 6 * 3600,
             disruption_every: 600,
             consolidate_after: 1800,
@@ -772,6 +779,8 @@ impl World<'_> {
         let i = ((self.now - self.scenario.start) / self.scenario.step).max(0) as usize;
         let (mut cpu_used, mut mem_used) = (0.0, 0.0);
         let mut killed = Vec::new();
+        // Per node: memory used, and per pod on it (key, bytes used above its request).
+        let mut on_node: BTreeMap<String, (f64, Vec<(String, f64)>)> = BTreeMap::new();
         self.used_by_namespace.clear();
         for p in &mut self.pods {
             if !p.running {
@@ -799,6 +808,42 @@ impl World<'_> {
                 self.oom_by_workload[p.workload] += 1;
                 h.add_oom_with_request(self.now, mem, p.memory as f64);
                 killed.push(p.key.clone());
+            } else if let Some(node) = &p.node {
+                let n = on_node.entry(node.clone()).or_default();
+                n.0 += mem;
+                n.1.push((p.key.clone(), mem - p.memory as f64));
+            }
+        }
+        // A limit above the request lets a pod use memory nobody reserved: when a node's
+        // pods use more than its allocatable memory, the kernel kills the pod furthest
+        // above its request (the kubelet's oom_score_adj for Burstable pods orders them
+        // so), as many as it takes.
+        for (node, (mut used, mut pods)) in on_node {
+            let Some(allocatable) = self
+                .nodes
+                .iter()
+                .find(|n| n.name == node)
+                .map(|n| n.allocatable.get(&Dimension::Memory) as f64)
+            else {
+                continue;
+            };
+            pods.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for (key, above) in pods {
+                if used <= allocatable || above <= 0.0 {
+                    break;
+                }
+                let Some(p) = self.pods.iter().find(|p| p.key == key) else {
+                    continue;
+                };
+                let mem = p.memory as f64 + above;
+                used -= mem;
+                self.ooms += 1;
+                if let Some(m) = &self.metrics {
+                    m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
+                }
+                self.oom_by_workload[p.workload] += 1;
+                self.histories[p.workload].add_oom_with_request(self.now, mem, p.memory as f64);
+                killed.push(key);
             }
         }
         // Tailor reacts to an OOM kill at once: the workload's memory is bumped and the
@@ -1358,14 +1403,22 @@ pub async fn run(
             last_report = report;
         }
         // Launches and disruption move in finer steps than usage: nodes register as they
-        // come up; decisions validate, launch and drain.
+        // come up; decisions validate, launch and drain; pods a drain evicted or a node
+        // left behind are placed within seconds, as kube-scheduler and the provisioner
+        // place them, not at the next usage step. Pending time is counted at the same
+        // grain.
+        let mut stepped = 0;
         for _ in 0..(scenario.step / 15).max(1) {
-            if !disrupter.busy() && world.launching.is_empty() {
+            let waiting = world.pods.iter().any(|p| p.node.is_none());
+            if !disrupter.busy() && world.launching.is_empty() && !waiting {
                 break;
             }
             let view = world.view();
             disrupter.tick(Clock::now(&clock), &view, &mut world).await;
             world.register(&metered).await;
+            world.provision(&metered).await;
+            world.pending_seconds += world.pods.iter().filter(|p| !p.running).count() as f64 * 15.0;
+            stepped += 15;
             clock.advance(Duration::from_secs(15));
             world.now += 15;
         }
@@ -1383,8 +1436,8 @@ pub async fn run(
             let saved = credit_per_hour * scenario.step as f64 / 3600.0;
             m.savings_realised(SavingsSource::Consolidation, saved);
         }
-        world.pending_seconds +=
-            world.pods.iter().filter(|p| !p.running).count() as f64 * scenario.step as f64;
+        world.pending_seconds += world.pods.iter().filter(|p| !p.running).count() as f64
+            * (scenario.step - stepped).max(0) as f64;
         if since % 3600 == 0 {
             if let Some(m) = &world.metrics
                 && let Ok(types) = metered.instance_types().await
