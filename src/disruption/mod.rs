@@ -632,7 +632,6 @@ impl Work<'_> {
                     scheduling::packing::EXACT_MAX_PODS
                 },
                 cost_aware: self.settings.cost_aware,
-                ..Options::default()
             },
         );
         if let Some(u) = plan.unschedulable.first() {
