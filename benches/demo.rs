@@ -72,8 +72,11 @@ const FIGURES: &[Figure] = &[
     },
 ];
 
+/// How to read a figure from an outcome.
+type Read = fn(&Outcome) -> f64;
+
 /// Figures of the other runs, shown for context (no target).
-const CONTEXT: &[(&str, fn(&Outcome) -> f64)] = &[
+const CONTEXT: &[(&str, Read)] = &[
     ("recommend-only OOM kills", |o| {
         o.recommend_only.oom_kills as f64
     }),
