@@ -456,6 +456,7 @@ fn consolidation(input: &Input, plan: &scheduling::Plan, keep: usize, full: bool
         pdbs: Vec::new(),
         rules: BTreeMap::new(),
         now: 0,
+        expected: BTreeMap::new(),
     };
     let start = Instant::now();
     let report = disruption::evaluate(&cluster, &Settings::default());

@@ -118,8 +118,17 @@ fn an_empty_node_is_deleted_and_its_price_saved() {
     assert!((r.summary.hourly_cost_before - 0.384).abs() < 1e-9);
     assert!((r.summary.hourly_cost_after - 0.192).abs() < 1e-9);
     assert!(blocked(&r, "a").contains("below the threshold"), "{r:#?}");
-    // At the default 5% that replacement clears the bar, and is taken after the deletion.
+    // At the default 5% that replacement clears the share, but not the $0.004/hour its one
+    // eviction must pay for on top of the $0.01 floor.
     let r = evaluate(&yaml);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    assert!(blocked(&r, "a").contains("for 1 eviction(s)"), "{r:#?}");
+    // Without a cost per eviction it is taken after the deletion.
+    let free = Settings {
+        min_savings_per_eviction: 0.0,
+        ..Settings::default()
+    };
+    let r = evaluate_with(&yaml, &free);
     assert_eq!(r.decisions[0].method, Method::Empty);
     assert_eq!(r.decisions[1].method, Method::Single);
     assert_eq!(
@@ -252,6 +261,86 @@ fn a_saving_below_the_threshold_is_not_worth_the_churn() {
     let r = evaluate_with(&yaml, &strict);
     assert!(r.decisions.is_empty(), "{r:#?}");
     assert!(blocked(&r, "a").contains("below the threshold"), "{r:#?}");
+}
+
+#[test]
+fn a_consolidation_must_pay_for_the_pods_it_evicts() {
+    // Two half-empty D4s_v5: moving web-2 onto `a` saves b's $0.192/hour for one eviction.
+    let yaml = format!(
+        "{POOL}{}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "1500m", ""),
+        pod("web-2", "b", "1500m", "")
+    );
+    let costly = Settings {
+        min_savings_per_eviction: 0.2,
+        ..Settings::default()
+    };
+    let r = evaluate_with(&yaml, &costly);
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    assert!(
+        blocked(&r, "a").contains("for 1 eviction(s)"),
+        "the threshold names the evictions it charges for: {r:#?}"
+    );
+    // $0.01/hour floor + $0.15 for the one eviction = $0.16: the $0.192 saving clears it.
+    let affordable = Settings {
+        min_savings_per_eviction: 0.15,
+        ..Settings::default()
+    };
+    let r = evaluate_with(&yaml, &affordable);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    assert_eq!(r.decisions[0].pods_moved.len(), 1);
+}
+
+/// The cluster of `yaml` with `cpu` millicores expected of the default pool soon.
+fn evaluate_expecting(yaml: &str, cpu: i64) -> Report {
+    let snapshot = Snapshot::from_yaml("scenario.yaml", yaml).expect("scenario parses");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |s: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = s.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let mut cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    cluster.expected.insert(
+        "default".to_string(),
+        tailor::model::Resources::cpu_memory(cpu, 1 << 30),
+    );
+    disruption::evaluate(&cluster, &Settings::default())
+}
+
+#[test]
+fn capacity_the_cycle_expects_within_the_horizon_is_kept() {
+    // Three D4s_v5 (3.86 cores each); 1.5 cores run on `a`, `b` and `c` are empty.
+    let yaml = format!(
+        "{POOL}{}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        node("c", 10, ""),
+        pod("web-1", "a", "1500m", "")
+    );
+    // 7 cores expected soon, plus 10% headroom: 7.7 cores, so two nodes (7.72) stay and
+    // one empty node goes.
+    let r = evaluate_expecting(&yaml, 7_000);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    assert_eq!(r.decisions[0].method, Method::Empty);
+    assert_eq!(r.decisions[0].nodes.len(), 1, "{r:#?}");
+    assert_eq!(r.summary.nodes_after, 2);
+    let kept = ["b", "c"]
+        .iter()
+        .find(|n| !r.decisions[0].nodes.contains(&n.to_string()))
+        .expect("one empty node kept");
+    assert!(
+        blocked(&r, kept).contains("expected to need"),
+        "{kept}: {r:#?}"
+    );
+    // 8 cores expected: every node stays.
+    let r = evaluate_expecting(&yaml, 8_000);
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    // Nothing more than what runs expected: both empty nodes go, and `a` stays.
+    let r = evaluate_expecting(&yaml, 1_500);
+    assert_eq!(r.summary.nodes_after, 1, "{r:#?}");
 }
 
 #[test]

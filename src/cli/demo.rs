@@ -1,7 +1,8 @@
 //! `tailor demo`: the whole loop on a simulated AKS cluster, no cluster needed. The same
-//! scenario runs twice — recommend-only, then autonomous — and the summary compares them;
-//! a self-contained HTML report shows cost, nodes, requests against usage and the
-//! recommendations applied over time.
+//! scenario runs three times — recommend-only, consolidation-only (what users run today:
+//! Karpenter-style packing and consolidation, requests as deployed) and autonomous — and
+//! the summary compares them; a self-contained HTML report shows cost, nodes, requests
+//! against usage and the recommendations applied over time.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -45,7 +46,7 @@ pub struct DemoArgs {
     pub output: super::OutputArgs,
 }
 
-/// Both runs and the comparison.
+/// The three runs and the comparison.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DemoReport {
@@ -53,10 +54,11 @@ pub struct DemoReport {
     pub scenario: String,
     /// Workloads in the scenario.
     pub workloads: usize,
-    /// OOM kills the autonomous run may add.
-    pub oom_tolerance: u64,
     /// The recommend-only run.
     pub recommend_only: RunResult,
+    /// The consolidation-only run: Karpenter-style packing and consolidation, requests as
+    /// deployed.
+    pub consolidation_only: RunResult,
     /// The autonomous run.
     pub autonomous: RunResult,
 }
@@ -70,128 +72,97 @@ fn days_hours(t: f64) -> String {
 
 /// The summary for a terminal.
 pub fn table(r: &DemoReport) -> String {
-    let (a, b) = (&r.recommend_only.summary, &r.autonomous.summary);
-    let mut t = Table::new(["", "RECOMMEND-ONLY", "AUTONOMOUS"]).align_right(&[1, 2]);
-    let row = |t: &mut Table, k: &str, x: String, y: String| t.row([k.to_string(), x, y]);
-    row(
-        &mut t,
-        "nodes (start -> end)",
-        format!("{} -> {}", a.nodes_start, a.nodes_end),
-        format!("{} -> {}", b.nodes_start, b.nodes_end),
+    let (a, c, b) = (
+        &r.recommend_only.summary,
+        &r.consolidation_only.summary,
+        &r.autonomous.summary,
     );
-    row(
-        &mut t,
-        "$/hour (start -> end)",
-        format!("{:.2} -> {:.2}", a.hourly_cost_start, a.hourly_cost_end),
-        format!("{:.2} -> {:.2}", b.hourly_cost_start, b.hourly_cost_end),
-    );
-    row(
-        &mut t,
-        "total spent ($)",
-        format!("{:.0}", a.total_cost),
-        format!("{:.0}", b.total_cost),
-    );
-    row(
-        &mut t,
-        "requested CPU at end (cores)",
-        format!("{:.1}", a.cpu_requested_end),
-        format!("{:.1}", b.cpu_requested_end),
-    );
-    row(
-        &mut t,
-        "requested memory at end (GiB)",
-        format!("{:.1}", a.memory_requested_end),
-        format!("{:.1}", b.memory_requested_end),
-    );
-    row(
-        &mut t,
-        "requests worth ($/hour, at end)",
-        format!("{:.2}", a.requests_value_per_hour),
-        format!("{:.2}", b.requests_value_per_hour),
-    );
-    row(
-        &mut t,
-        "right-sizing recommendations",
+    let mut t = Table::new(["", "RECOMMEND-ONLY", "CONSOLIDATION-ONLY", "AUTONOMOUS"])
+        .align_right(&[1, 2, 3]);
+    // One row: a figure of each run.
+    let row = |t: &mut Table, k: &str, f: &dyn Fn(&world::RunSummary) -> String| {
+        t.row([k.to_string(), f(a), f(c), f(b)])
+    };
+    row(&mut t, "nodes (start -> end)", &|s| {
+        format!("{} -> {}", s.nodes_start, s.nodes_end)
+    });
+    row(&mut t, "$/hour (start -> end)", &|s| {
+        format!("{:.2} -> {:.2}", s.hourly_cost_start, s.hourly_cost_end)
+    });
+    row(&mut t, "total spent ($)", &|s| {
+        format!("{:.0}", s.total_cost)
+    });
+    row(&mut t, "requested CPU at end (cores)", &|s| {
+        format!("{:.1}", s.cpu_requested_end)
+    });
+    row(&mut t, "requested memory at end (GiB)", &|s| {
+        format!("{:.1}", s.memory_requested_end)
+    });
+    row(&mut t, "requests worth ($/hour, at end)", &|s| {
+        format!("{:.2}", s.requests_value_per_hour)
+    });
+    t.row([
+        "right-sizing recommendations".to_string(),
         format!("{} reported", a.recommendations),
+        format!("{} reported", c.recommendations),
         format!("{} applied", b.recommendations),
-    );
-    row(
-        &mut t,
-        "consolidation decisions",
+    ]);
+    t.row([
+        "consolidation decisions".to_string(),
         format!("{} pending", a.decisions),
+        format!("{} carried out", c.decisions),
         format!("{} carried out", b.decisions),
-    );
-    row(
-        &mut t,
-        "consolidation saving ($)",
+    ]);
+    t.row([
+        "consolidation saving ($)".to_string(),
         format!("{:.2}/hour available", a.consolidation_savings_per_hour),
+        format!("{:.0} realised", c.consolidation_realised_savings),
         format!("{:.0} realised", b.consolidation_realised_savings),
-    );
-    row(
-        &mut t,
-        "pods evicted",
-        a.pods_evicted.to_string(),
-        b.pods_evicted.to_string(),
-    );
-    row(
-        &mut t,
-        "OOM kills",
-        a.oom_kills.to_string(),
-        b.oom_kills.to_string(),
-    );
-    row(
-        &mut t,
-        "provisioning p50 / p99 (s)",
+    ]);
+    row(&mut t, "pods evicted", &|s| s.pods_evicted.to_string());
+    row(&mut t, "OOM kills", &|s| s.oom_kills.to_string());
+    row(&mut t, "provisioning p50 / p99 (s)", &|s| {
         format!(
             "{:.0} / {:.0}",
-            a.provisioning_p50_seconds, a.provisioning_p99_seconds
-        ),
-        format!(
-            "{:.0} / {:.0}",
-            b.provisioning_p50_seconds, b.provisioning_p99_seconds
-        ),
-    );
-    row(
-        &mut t,
-        "spot interruptions",
-        a.spot_interruptions.to_string(),
-        b.spot_interruptions.to_string(),
-    );
-    row(
-        &mut t,
-        "pending pod-hours",
-        format!("{:.1}", a.pending_pod_hours),
-        format!("{:.1}", b.pending_pod_hours),
-    );
-    row(
-        &mut t,
-        "nodes launched",
-        a.launches.to_string(),
-        b.launches.to_string(),
-    );
+            s.provisioning_p50_seconds, s.provisioning_p99_seconds
+        )
+    });
+    row(&mut t, "spot interruptions", &|s| {
+        s.spot_interruptions.to_string()
+    });
+    row(&mut t, "pending pod-hours", &|s| {
+        format!("{:.1}", s.pending_pod_hours)
+    });
+    row(&mut t, "nodes launched", &|s| s.launches.to_string());
     let mut out = format!("{} ({} workloads)\n\n", r.scenario, r.workloads);
     out.push_str(&t.render());
-    let saved = a.total_cost - b.total_cost;
+    let share = |x: f64, of: f64| if of > 0.0 { x / of * 100.0 } else { 0.0 };
     let _ = writeln!(
         out,
-        "\nautonomous spent ${saved:.0} less over the run ({:.0}%), ending at ${:.2}/hour instead of ${:.2}.\n\
+        "\nautonomous spent ${:.0} ({:.0}%) less than recommend-only and ${:.0} ({:.0}%) less than \
+         consolidation-only, ending at ${:.2}/hour instead of ${:.2} and ${:.2}.\n\
          right-sizing: requests worth ${:.2}/hour less at the end; consolidation: {} decisions realised ${:.0} \
          (a saving counts until provisioning buys the capacity again).\n\
-         OOM kills {} against {} (tolerance +{}); {} pods evicted.",
-        if a.total_cost > 0.0 {
-            saved / a.total_cost * 100.0
-        } else {
-            0.0
-        },
+         autonomous: {} pods evicted, {} OOM kills, {:.1} pending pod-hours, {} nodes launched \
+         (consolidation-only: {} evicted, {} OOM kills, {:.1} pending pod-hours, {} launched).",
+        a.total_cost - b.total_cost,
+        share(a.total_cost - b.total_cost, a.total_cost),
+        c.total_cost - b.total_cost,
+        share(c.total_cost - b.total_cost, c.total_cost),
         b.hourly_cost_end,
         a.hourly_cost_end,
+        c.hourly_cost_end,
         a.requests_value_per_hour - b.requests_value_per_hour,
         b.decisions,
         b.consolidation_realised_savings,
+        b.pods_evicted,
         b.oom_kills,
-        a.oom_kills,
-        r.oom_tolerance,
-        b.pods_evicted
+        b.pending_pod_hours,
+        b.launches,
+        c.pods_evicted,
+        c.oom_kills,
+        c.pending_pod_hours,
+        c.launches,
     );
     out
 }
@@ -208,7 +179,7 @@ pub fn html(r: &DemoReport) -> String {
             .skip_while(|p| p.1 <= 0.0)
             .collect()
     };
-    let (ro, au) = (&r.recommend_only, &r.autonomous);
+    let (ro, co, au) = (&r.recommend_only, &r.consolidation_only, &r.autonomous);
     let money = |v: f64| format!("${v:.1}");
     let one = |v: f64| format!("{v:.0}");
     let cost = line_chart(
@@ -223,6 +194,12 @@ pub fn html(r: &DemoReport) -> String {
                 label: "recommend-only",
                 color: "#888",
                 points: points(ro, |s| s.hourly_cost),
+                dashed: true,
+            },
+            Series {
+                label: "consolidation-only",
+                color: "#ff7f0e",
+                points: points(co, |s| s.hourly_cost),
                 dashed: true,
             },
             Series {
@@ -329,17 +306,25 @@ pub fn html(r: &DemoReport) -> String {
     );
     let evictions = line_chart(
         &Chart {
-            title: "Pods evicted (autonomous, cumulative)",
+            title: "Pods evicted (cumulative)",
             y_format: one,
             x_format: days_hours,
             size: (900, 220),
         },
-        &[Series {
-            label: "pods evicted",
-            color: "#1f77b4",
-            points: points(au, |s| s.evicted as f64),
-            dashed: false,
-        }],
+        &[
+            Series {
+                label: "consolidation-only",
+                color: "#ff7f0e",
+                points: points(co, |s| s.evicted as f64),
+                dashed: true,
+            },
+            Series {
+                label: "autonomous",
+                color: "#1f77b4",
+                points: points(au, |s| s.evicted as f64),
+                dashed: false,
+            },
+        ],
     );
     // Nodes by type: the sizes that were ever in use, one line each.
     // Ten distinct colours; a second round of sizes is drawn dashed, so no two lines look
@@ -490,12 +475,12 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
     ready.set(true);
     let report = runtime.block_on(async {
         let mut runs = Vec::new();
-        for mode in [Mode::RecommendOnly, Mode::Autonomous] {
-            let name = if mode == Mode::Autonomous {
-                "autonomous"
-            } else {
-                "recommend-only"
-            };
+        for settings in [
+            RunSettings::for_mode(Mode::RecommendOnly),
+            RunSettings::consolidation_only(),
+            RunSettings::for_mode(Mode::Autonomous),
+        ] {
+            let name = settings.name();
             let mut shown = -1i64;
             let mut progress = |share: f64| {
                 let pct = (share * 100.0) as i64 / 10 * 10;
@@ -504,24 +489,22 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
                     eprintln!("{name}: {pct:>3}% of {} virtual days", args.days);
                 }
             };
-            let recorded = (mode == Mode::Autonomous).then_some(&metrics);
-            let result = world::run(
-                &scenario,
-                &RunSettings::for_mode(mode),
-                types.clone(),
-                recorded,
-                &mut progress,
-            )
-            .await;
+            // /metrics shows the autonomous run.
+            let recorded = (name == "autonomous").then_some(&metrics);
+            let result =
+                world::run(&scenario, &settings, types.clone(), recorded, &mut progress).await;
             runs.push(result);
         }
         let autonomous = runs.pop().unwrap_or_else(|| empty_run("autonomous"));
+        let consolidation_only = runs
+            .pop()
+            .unwrap_or_else(|| empty_run("consolidation-only"));
         let recommend_only = runs.pop().unwrap_or_else(|| empty_run("recommend-only"));
         DemoReport {
             scenario: scenario.name.clone(),
             workloads: scenario.workloads.len(),
-            oom_tolerance: scenario.oom_tolerance,
             recommend_only,
+            consolidation_only,
             autonomous,
         }
     });
@@ -596,8 +579,8 @@ mod tests {
         let report = DemoReport {
             scenario: "test".to_string(),
             workloads: 1,
-            oom_tolerance: 1,
             recommend_only: run("recommend-only", &[0.0, 0.0, 5.0, 6.0]),
+            consolidation_only: run("consolidation-only", &[0.0, 0.0, 5.0, 6.0]),
             autonomous: run("autonomous", &[0.0, 0.0, 5.0, 6.0]),
         };
         let page = html(&report);

@@ -46,6 +46,10 @@ pub struct SimulateArgs {
     #[arg(long, env = "TAILOR_MIN_SAVINGS_PER_HOUR", default_value_t = 0.01)]
     pub min_savings_per_hour: f64,
 
+    /// ... plus this many USD per hour for every pod it evicts.
+    #[arg(long, env = "TAILOR_MIN_SAVINGS_PER_EVICTION", default_value_t = 0.004)]
+    pub min_savings_per_eviction: f64,
+
     /// Allow replacing a spot node by a cheaper spot node (when enough cheaper spot sizes
     /// fit, see `--spot-to-spot-min-alternatives`).
     #[arg(long, env = "TAILOR_SPOT_TO_SPOT")]
@@ -88,6 +92,15 @@ pub fn disruption(args: &SimulateArgs) -> Result<(disruption::Report, Vec<String
             reason: format!("{} is not a non-negative number", args.min_savings_per_hour),
         });
     }
+    if !args.min_savings_per_eviction.is_finite() || args.min_savings_per_eviction < 0.0 {
+        return Err(CliError::InvalidFlag {
+            flag: "--min-savings-per-eviction",
+            reason: format!(
+                "{} is not a non-negative number",
+                args.min_savings_per_eviction
+            ),
+        });
+    }
     let snapshot =
         Snapshot::load(&args.snapshot.paths).map_err(|e| CliError::Input(e.to_string()))?;
     let (catalog, options) = args.source.clone().load()?;
@@ -107,6 +120,7 @@ pub fn disruption(args: &SimulateArgs) -> Result<(disruption::Report, Vec<String
     let settings = disruption::Settings {
         min_savings_fraction: args.min_savings_fraction,
         min_savings_per_hour: args.min_savings_per_hour,
+        min_savings_per_eviction: args.min_savings_per_eviction,
         spot_to_spot: args.spot_to_spot,
         spot_to_spot_min_alternatives: args.spot_to_spot_min_alternatives,
         ..disruption::Settings::default()

@@ -153,6 +153,9 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
     let mut validating: Option<(Timestamp, Decision)> = None;
     let mut reported: HashMap<String, Timestamp> = HashMap::new();
+    // The requests' daily and weekly cycle, learnt while the agent runs (a restart begins
+    // a new history; until a day is recorded nothing is expected).
+    let mut demand = disruption::forecast::DemandHistory::new();
     loop {
         tokio::time::sleep(INTERVAL).await;
         if !ctx.writer.is_leader() {
@@ -193,11 +196,18 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             validating = None;
             continue;
         };
-        let Ok(cluster) = disruption::Cluster::from_snapshot(&snapshot, &types, now.as_second())
+        let Ok(mut cluster) =
+            disruption::Cluster::from_snapshot(&snapshot, &types, now.as_second())
         else {
             validating = None;
             continue;
         };
+        demand.record(&cluster.input, cluster.now);
+        cluster.expected = demand.expected(
+            &cluster.input,
+            cluster.now,
+            disruption::forecast::DEFAULT_HORIZON,
+        );
         // The cluster model holds what is decided over; the pods' copy goes before the
         // evaluation and the writes that follow.
         snapshot.pods = Vec::new();

@@ -9,7 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::apis::{ConsolidationPolicy, NodePool, labels};
-use crate::model::{CapacityType, InstanceType, NodeSettings, Requirements};
+use crate::model::{CapacityType, InstanceType, NodeSettings, Requirements, Resources};
 use crate::scheduling::pod::{Selector, selector};
 use crate::scheduling::{Input, InputError};
 use crate::state::Snapshot;
@@ -86,6 +86,10 @@ pub struct Cluster {
     pub rules: BTreeMap<String, PoolRules>,
     /// Evaluation time, unix seconds.
     pub now: i64,
+    /// Per NodePool: the requests its nodes are expected to carry within the forecast
+    /// horizon (from the cycle of past requests, [`super::forecast::DemandHistory`]).
+    /// Consolidation keeps that capacity; a pool without an entry has no expectation.
+    pub expected: BTreeMap<String, Resources>,
 }
 
 /// Why the cluster could not be built.
@@ -490,6 +494,8 @@ impl Cluster {
             pdbs,
             rules,
             now,
+            // The snapshot holds no history; the caller adds what its DemandHistory expects.
+            expected: BTreeMap::new(),
         })
     }
 }

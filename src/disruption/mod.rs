@@ -13,6 +13,7 @@
 
 pub mod cluster;
 pub mod controller;
+pub mod forecast;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -129,6 +130,17 @@ pub struct Settings {
     pub min_savings_fraction: f64,
     /// ... and at least this many USD per hour.
     pub min_savings_per_hour: f64,
+    /// ... plus this many USD per hour for every pod it evicts: an eviction restarts a
+    /// pod, loses its caches and may leave it pending, so moving many pods must buy a
+    /// saving worth it.
+    pub min_savings_per_eviction: f64,
+    /// Capacity kept above the requests a NodePool is expected to carry within the
+    /// forecast horizon ([`Cluster::expected`]), as a share of them (0.1 = 10%): packing
+    /// leaves gaps, so capacity equal to the requests would not hold them.
+    pub headroom: f64,
+    /// Replacements planned with Tailor's cost-aware packer; off, Karpenter-style greedy
+    /// packing.
+    pub cost_aware: bool,
     /// Whether a spot node may be replaced by a cheaper spot node.
     pub spot_to_spot: bool,
     /// Spot-to-spot needs at least this many cheaper spot sizes that fit (so the new node
@@ -146,10 +158,29 @@ impl Default for Settings {
         Settings {
             min_savings_fraction: 0.05,
             min_savings_per_hour: 0.01,
+            min_savings_per_eviction: 0.004,
+            headroom: 0.1,
+            cost_aware: true,
             spot_to_spot: false,
             spot_to_spot_min_alternatives: 15,
             max_multi_nodes: 100,
             all: true,
+        }
+    }
+}
+
+impl Settings {
+    /// Karpenter's consolidation: any saving at all replaces or removes nodes, whatever
+    /// the evictions, with greedy packing. What Tailor is compared with.
+    pub fn karpenter() -> Self {
+        Settings {
+            min_savings_fraction: 0.0,
+            // Strictly cheaper, as Karpenter requires of a replacement.
+            min_savings_per_hour: 0.0001,
+            min_savings_per_eviction: 0.0,
+            headroom: 0.0,
+            cost_aware: false,
+            ..Settings::default()
         }
     }
 }
@@ -297,7 +328,9 @@ pub fn revalidate(
                     ));
                 }
             }
-            Ok(scheduling::Plan::default())
+            let plan = scheduling::Plan::default();
+            w.keeps_expected(&set, &plan)?;
+            Ok(plan)
         }
         Method::Multi | Method::Single => {
             let proven = w.prove(&set)?;
@@ -368,7 +401,13 @@ impl Work<'_> {
             pools: self.pools(&[]),
             daemon_sets: self.cluster.input.daemon_sets.clone(),
         };
-        let plan = scheduling::schedule(&input, &Options::default());
+        let plan = scheduling::schedule(
+            &input,
+            &Options {
+                cost_aware: self.settings.cost_aware,
+                ..Options::default()
+            },
+        );
         for e in &plan.existing_nodes {
             self.chosen.insert(e.node.clone());
         }
@@ -483,6 +522,61 @@ impl Work<'_> {
         None
     }
 
+    /// Whether removing `set` and adding `plan`'s new nodes keeps, in every NodePool with
+    /// an expectation ([`Cluster::expected`]), the capacity for the requests it is
+    /// expected to carry soon, plus the headroom. Nodes bought back within hours cost
+    /// their launch, the pods' wait and the evictions that emptied them.
+    fn keeps_expected(&self, set: &[usize], plan: &scheduling::Plan) -> Result<(), String> {
+        use crate::model::Dimension;
+        for (pool, expected) in &self.cluster.expected {
+            let touched = set
+                .iter()
+                .any(|&i| self.meta[i].pool.as_deref() == Some(pool.as_str()));
+            if !touched {
+                continue;
+            }
+            let mut capacity = crate::model::Resources::default();
+            for (i, n) in self.nodes.iter().enumerate() {
+                if !set.contains(&i) && self.meta[i].pool.as_deref() == Some(pool.as_str()) {
+                    capacity = capacity
+                        .checked_add(&n.allocatable)
+                        .unwrap_or_else(|_| capacity.clone());
+                }
+            }
+            for claim in plan.node_claims.iter().filter(|c| &c.node_pool == pool) {
+                if let Some(t) = self
+                    .cluster
+                    .input
+                    .pools
+                    .iter()
+                    .find(|p| &p.name == pool)
+                    .and_then(|p| {
+                        p.instance_types
+                            .iter()
+                            .find(|t| t.name == claim.instance_type)
+                    })
+                {
+                    capacity = capacity
+                        .checked_add(&t.allocatable)
+                        .unwrap_or_else(|_| capacity.clone());
+                }
+            }
+            for dimension in [Dimension::Cpu, Dimension::Memory] {
+                let want =
+                    (expected.get(&dimension) as f64 * (1.0 + self.settings.headroom)) as i64;
+                let have = capacity.get(&dimension);
+                if have < want {
+                    return Err(format!(
+                        "NodePool {pool} is expected to need {} {dimension} (with headroom) within the forecast horizon; {} would be left",
+                        dimension.format(want),
+                        dimension.format(have),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether evicting all movable pods of `set` stays within every PDB.
     fn pdbs_allow(&self, set: &[usize]) -> bool {
         let mut used = self.pdb_used.clone();
@@ -538,7 +632,7 @@ impl Work<'_> {
                 } else {
                     scheduling::packing::EXACT_MAX_PODS
                 },
-                ..Options::default()
+                cost_aware: self.settings.cost_aware,
             },
         );
         if let Some(u) = plan.unschedulable.first() {
@@ -569,13 +663,19 @@ impl Work<'_> {
             .sum();
         let new: f64 = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
         let savings = price - new;
-        let needed =
-            (price * self.settings.min_savings_fraction).max(self.settings.min_savings_per_hour);
+        let evictions = set
+            .iter()
+            .map(|&i| movable(&self.nodes[i]).count())
+            .sum::<usize>();
+        let needed = (price * self.settings.min_savings_fraction)
+            .max(self.settings.min_savings_per_hour)
+            + evictions as f64 * self.settings.min_savings_per_eviction;
         if savings < needed {
             return Err(format!(
-                "saving ${savings:.4}/hour is below the threshold ${needed:.4}/hour"
+                "saving ${savings:.4}/hour is below the threshold ${needed:.4}/hour for {evictions} eviction(s)"
             ));
         }
+        self.keeps_expected(set, &plan)?;
         if let Some(claim) = plan.node_claims.first()
             && claim.capacity_type == CapacityType::Spot
             && set
@@ -794,8 +894,13 @@ impl Work<'_> {
             let pool = self.meta[i].pool.clone().unwrap_or_default();
             let used = per_pool.entry(pool.clone()).or_default();
             if *used < self.budget_left(&pool, Method::Empty) {
-                *used += 1;
                 set.push(i);
+                if let Err(why) = self.keeps_expected(&set, &scheduling::Plan::default()) {
+                    set.pop();
+                    self.block(i, why);
+                    continue;
+                }
+                *per_pool.entry(pool).or_default() += 1;
             } else {
                 self.block(
                     i,

@@ -71,11 +71,6 @@ pub struct Scenario {
     pub capacity_outage: (i64, i64),
     /// The VM size that has no on-demand capacity in any zone during the outage.
     pub capacity_outage_type: &'static str,
-    /// OOM kills the autonomous run may add over the recommend-only run: one per
-    /// workload. Sizing memory to observed peaks means a workload whose usage outgrows
-    /// everything seen so far (a leak, a busier weekday, a burst no run had shown) is
-    /// killed once and bumped.
-    pub oom_tolerance: u64,
 }
 
 /// Days of usage the scenario's teams sized their requests from.
@@ -157,7 +152,6 @@ impl Scenario {
             step,
             capacity_outage: (30 * 3600, 42 * 3600),
             capacity_outage_type: "Standard_D16as_v6",
-            oom_tolerance: workloads.len() as u64,
             workloads,
         }
     }

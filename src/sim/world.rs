@@ -75,6 +75,15 @@ fn node_pool(name: &str, capacity_type: &str, weight: i32, types: &[InstanceType
 pub struct RunSettings {
     /// Recommend-only (report right-sizing and disruption) or autonomous (act).
     pub mode: Mode,
+    /// In autonomous mode, whether right-sizing is applied (false: consolidation only,
+    /// with requests as deployed, as users of Karpenter run today).
+    pub rightsizing: bool,
+    /// Tailor's cost-aware packer for provisioning and replacements; off, Karpenter-style
+    /// greedy packing.
+    pub cost_aware: bool,
+    /// Seconds ahead disruption looks at the requests' daily and weekly cycle: capacity the
+    /// history says will be needed within this horizon is kept (0: no look ahead).
+    pub forecast_horizon: i64,
     /// Disruption thresholds.
     pub disruption: disruption::Settings,
     /// The right-sizing policy.
@@ -94,12 +103,50 @@ impl RunSettings {
     pub fn for_mode(mode: Mode) -> Self {
         RunSettings {
             mode,
+            rightsizing: true,
+            cost_aware: true,
+            forecast_horizon: disruption::forecast::DEFAULT_HORIZON,
             disruption: disruption::Settings::default(),
-            policy: Policy::default(),
+            // Requests are sized to the usage history; the teams' memory limits stay
+            // where they set them, so a peak above anything seen so far is absorbed by the
+            // node rather than killed at a limit cut down to the request. (A node whose
+            // pods outgrow its memory still kills, see `usage`.)
+            policy: Policy {
+                limits: crate::apis::LimitsPolicy::Keep,
+                ..Policy::default()
+            },
             rightsizing_every: 6 * 3600,
             disruption_every: 600,
             consolidate_after: 1800,
             budget_percent: 10,
+        }
+    }
+
+    /// What users run today: Karpenter-style greedy packing and consolidation (any saving
+    /// at all, no cost per eviction, no look ahead) on the same NodePools, with requests
+    /// as deployed (recommendations are reported, never applied).
+    pub fn consolidation_only() -> Self {
+        RunSettings {
+            rightsizing: false,
+            cost_aware: false,
+            forecast_horizon: 0,
+            disruption: disruption::Settings::karpenter(),
+            ..RunSettings::for_mode(Mode::Autonomous)
+        }
+    }
+
+    /// Whether right-sizing recommendations are applied.
+    fn applies_rightsizing(&self) -> bool {
+        self.mode == Mode::Autonomous && self.rightsizing
+    }
+
+    /// The run's name in the report: `recommend-only`, `consolidation-only` or
+    /// `autonomous`.
+    pub fn name(&self) -> &'static str {
+        match (self.mode, self.rightsizing) {
+            (Mode::RecommendOnly, _) => "recommend-only",
+            (Mode::Autonomous, false) => "consolidation-only",
+            (Mode::Autonomous, true) => "autonomous",
         }
     }
 }
@@ -208,7 +255,7 @@ pub struct WorkloadOutcome {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
-    /// `recommend-only` or `autonomous`.
+    /// `recommend-only`, `consolidation-only` or `autonomous`.
     pub mode: String,
     /// Hourly samples.
     pub samples: Vec<Sample>,
@@ -292,6 +339,11 @@ struct World<'a> {
     last_recommendation: Vec<Option<(bool, f64)>>,
     /// Per namespace: CPU cores and memory bytes used in the last step.
     used_by_namespace: BTreeMap<String, (f64, f64)>,
+    /// Requests per NodePool over time, and what they expect of the next hours.
+    demand: disruption::forecast::DemandHistory,
+    /// What each NodePool is expected to carry within the forecast horizon, as of the
+    /// last disruption evaluation.
+    expected: BTreeMap<String, Resources>,
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
@@ -413,6 +465,7 @@ impl World<'_> {
                 .map(|p| (p.name.clone(), rules.clone()))
                 .collect(),
             now: self.now,
+            expected: self.expected.clone(),
         }
     }
 
@@ -655,6 +708,7 @@ impl World<'_> {
             &input,
             &Options {
                 name_prefix: format!("p{}-", self.rounds),
+                cost_aware: self.settings.cost_aware,
                 ..Options::default()
             },
         );
@@ -725,6 +779,8 @@ impl World<'_> {
         let i = ((self.now - self.scenario.start) / self.scenario.step).max(0) as usize;
         let (mut cpu_used, mut mem_used) = (0.0, 0.0);
         let mut killed = Vec::new();
+        // Per node: memory used, and per pod on it (key, bytes used above its request).
+        let mut on_node: BTreeMap<String, (f64, Vec<(String, f64)>)> = BTreeMap::new();
         self.used_by_namespace.clear();
         for p in &mut self.pods {
             if !p.running {
@@ -752,12 +808,48 @@ impl World<'_> {
                 self.oom_by_workload[p.workload] += 1;
                 h.add_oom_with_request(self.now, mem, p.memory as f64);
                 killed.push(p.key.clone());
+            } else if let Some(node) = &p.node {
+                let n = on_node.entry(node.clone()).or_default();
+                n.0 += mem;
+                n.1.push((p.key.clone(), mem - p.memory as f64));
+            }
+        }
+        // A limit above the request lets a pod use memory nobody reserved: when a node's
+        // pods use more than its allocatable memory, the kernel kills the pod furthest
+        // above its request (the kubelet's oom_score_adj for Burstable pods orders them
+        // so), as many as it takes.
+        for (node, (mut used, mut pods)) in on_node {
+            let Some(allocatable) = self
+                .nodes
+                .iter()
+                .find(|n| n.name == node)
+                .map(|n| n.allocatable.get(&Dimension::Memory) as f64)
+            else {
+                continue;
+            };
+            pods.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for (key, above) in pods {
+                if used <= allocatable || above <= 0.0 {
+                    break;
+                }
+                let Some(p) = self.pods.iter().find(|p| p.key == key) else {
+                    continue;
+                };
+                let mem = p.memory as f64 + above;
+                used -= mem;
+                self.ooms += 1;
+                if let Some(m) = &self.metrics {
+                    m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
+                }
+                self.oom_by_workload[p.workload] += 1;
+                self.histories[p.workload].add_oom_with_request(self.now, mem, p.memory as f64);
+                killed.push(key);
             }
         }
         // Tailor reacts to an OOM kill at once: the workload's memory is bumped and the
         // container restarts at the new size (in place when its node has room, otherwise
         // the pod is recreated elsewhere).
-        if self.settings.mode == Mode::Autonomous {
+        if self.settings.applies_rightsizing() {
             for key in killed {
                 let Some(i) = self.pods.iter().position(|p| p.key == key) else {
                     continue;
@@ -847,7 +939,7 @@ impl World<'_> {
                 continue;
             };
             changed += 1;
-            if self.settings.mode != Mode::Autonomous {
+            if !self.settings.applies_rightsizing() {
                 self.sizes[w] = before; // reported only
                 let pods = self.pods.iter().filter(|p| p.workload == w).count();
                 if let Some((true, delta)) = self.last_recommendation[w] {
@@ -880,7 +972,7 @@ impl World<'_> {
                         || self.sizes[w].memory != original.memory_request
                 })
                 .count();
-            let actionable = if self.settings.mode == Mode::Autonomous {
+            let actionable = if self.settings.applies_rightsizing() {
                 0
             } else {
                 changed
@@ -1210,6 +1302,8 @@ pub async fn run(
         reported_types: Default::default(),
         last_recommendation: vec![None; scenario.workloads.len()],
         used_by_namespace: BTreeMap::new(),
+        demand: disruption::forecast::DemandHistory::new(),
+        expected: BTreeMap::new(),
     };
     if let Some(m) = metrics {
         // Per-namespace counters start at zero: a namespace without OOM kills shows 0.
@@ -1281,7 +1375,13 @@ pub async fn run(
             recommended = world.rightsize();
         }
         if since % settings.disruption_every == 0 && !disrupter.busy() {
-            let view = world.view();
+            let mut view = world.view();
+            world.demand.record(&view.input, world.now);
+            world.expected =
+                world
+                    .demand
+                    .expected(&view.input, world.now, settings.forecast_horizon);
+            view.expected = world.expected.clone();
             let started = std::time::Instant::now();
             let report = disruption::evaluate(&view, &settings.disruption);
             if let Some(m) = &world.metrics {
@@ -1307,14 +1407,22 @@ pub async fn run(
             last_report = report;
         }
         // Launches and disruption move in finer steps than usage: nodes register as they
-        // come up; decisions validate, launch and drain.
+        // come up; decisions validate, launch and drain; pods a drain evicted or a node
+        // left behind are placed within seconds, as kube-scheduler and the provisioner
+        // place them, not at the next usage step. Pending time is counted at the same
+        // grain.
+        let mut stepped = 0;
         for _ in 0..(scenario.step / 15).max(1) {
-            if !disrupter.busy() && world.launching.is_empty() {
+            let waiting = world.pods.iter().any(|p| p.node.is_none());
+            if !disrupter.busy() && world.launching.is_empty() && !waiting {
                 break;
             }
             let view = world.view();
             disrupter.tick(Clock::now(&clock), &view, &mut world).await;
             world.register(&metered).await;
+            world.provision(&metered).await;
+            world.pending_seconds += world.pods.iter().filter(|p| !p.running).count() as f64 * 15.0;
+            stepped += 15;
             clock.advance(Duration::from_secs(15));
             world.now += 15;
         }
@@ -1332,8 +1440,8 @@ pub async fn run(
             let saved = credit_per_hour * scenario.step as f64 / 3600.0;
             m.savings_realised(SavingsSource::Consolidation, saved);
         }
-        world.pending_seconds +=
-            world.pods.iter().filter(|p| !p.running).count() as f64 * scenario.step as f64;
+        world.pending_seconds += world.pods.iter().filter(|p| !p.running).count() as f64
+            * (scenario.step - stepped).max(0) as f64;
         if since % 3600 == 0 {
             if let Some(m) = &world.metrics
                 && let Ok(types) = metered.instance_types().await
@@ -1371,7 +1479,7 @@ pub async fn run(
         memory_requested_end: last.memory_requested,
         requests_value_per_hour: last.cpu_requested * world.context.prices.per_core_hour
             + last.memory_requested * world.context.prices.per_gib_hour,
-        recommendations: if settings.mode == Mode::Autonomous {
+        recommendations: if settings.applies_rightsizing() {
             world.applied
         } else {
             recommended
@@ -1414,10 +1522,7 @@ pub async fn run(
         })
         .collect();
     RunResult {
-        mode: match settings.mode {
-            Mode::Autonomous => "autonomous".to_string(),
-            Mode::RecommendOnly => "recommend-only".to_string(),
-        },
+        mode: settings.name().to_string(),
         samples,
         workloads,
         summary,

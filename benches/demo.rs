@@ -1,0 +1,320 @@
+//! The demo over many seeds, as a program: `cargo bench --bench demo`.
+//!
+//! For every seed the mid-size scenario runs recommend-only, consolidation-only (what users
+//! run today: greedy packing and Karpenter's consolidation, requests as deployed) and
+//! autonomous. Prints each seed's figures, then the minimum, median and maximum of every
+//! figure per seed set beside its target: the tuning seeds (1-20) and held-out seeds
+//! (101-110) that no setting was tuned on.
+//!
+//! Flags: `--seeds 1-20,101-110` (ranges and single seeds; each comma-separated group is a
+//! set), `--days 7`, `--threads 2`, and `--set key=value` (repeated) to try other
+//! autonomous settings: horizon, headroom, per-eviction, fraction, budget,
+//! consolidate-after, disruption-every, rightsizing-every, memory-margin, cpu-margin,
+//! max-step, min-change, limits (keep or ratio); `--autonomous-only` skips the other two
+//! runs while tuning. Without `--bench` (as `cargo test --all-targets` runs
+//! it) a smoke run: one seed, one day.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tailor::catalog::{Catalog, CatalogOptions};
+use tailor::model::InstanceType;
+use tailor::provisioning::Mode;
+use tailor::sim::scenario::Scenario;
+use tailor::sim::world::{self, RunSettings, RunSummary};
+
+/// One seed's three runs.
+struct Outcome {
+    seed: u64,
+    recommend_only: RunSummary,
+    consolidation_only: RunSummary,
+    autonomous: RunSummary,
+}
+
+/// A figure of the autonomous run, how to read it from an outcome, and its target (the
+/// figure must be at most this).
+struct Figure {
+    name: &'static str,
+    value: fn(&Outcome) -> f64,
+    target: f64,
+}
+
+const FIGURES: &[Figure] = &[
+    Figure {
+        name: "evictions",
+        value: |o| o.autonomous.pods_evicted as f64,
+        target: 350.0,
+    },
+    Figure {
+        name: "OOM kills",
+        value: |o| o.autonomous.oom_kills as f64,
+        target: 4.0,
+    },
+    Figure {
+        name: "pending pod-hours",
+        value: |o| o.autonomous.pending_pod_hours,
+        target: 3.0,
+    },
+    Figure {
+        name: "node launches",
+        value: |o| o.autonomous.launches as f64,
+        target: 60.0,
+    },
+    Figure {
+        name: "cost / recommend-only",
+        value: |o| o.autonomous.total_cost / o.recommend_only.total_cost,
+        target: 0.45,
+    },
+    Figure {
+        name: "cost / consolidation-only",
+        value: |o| o.autonomous.total_cost / o.consolidation_only.total_cost,
+        target: 0.6,
+    },
+];
+
+/// How to read a figure from an outcome.
+type Read = fn(&Outcome) -> f64;
+
+/// Figures of the other runs, shown for context (no target).
+const CONTEXT: &[(&str, Read)] = &[
+    ("recommend-only OOM kills", |o| {
+        o.recommend_only.oom_kills as f64
+    }),
+    ("recommend-only pending pod-hours", |o| {
+        o.recommend_only.pending_pod_hours
+    }),
+    ("recommend-only launches", |o| {
+        o.recommend_only.launches as f64
+    }),
+    ("consolidation-only evictions", |o| {
+        o.consolidation_only.pods_evicted as f64
+    }),
+    ("consolidation-only OOM kills", |o| {
+        o.consolidation_only.oom_kills as f64
+    }),
+    ("consolidation-only pending pod-hours", |o| {
+        o.consolidation_only.pending_pod_hours
+    }),
+    ("consolidation-only launches", |o| {
+        o.consolidation_only.launches as f64
+    }),
+    ("consolidation-only cost / recommend-only", |o| {
+        o.consolidation_only.total_cost / o.recommend_only.total_cost
+    }),
+];
+
+fn parse_sets(arg: &str) -> Vec<Vec<u64>> {
+    arg.split(',')
+        .map(|group| match group.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u64, u64) = (
+                    a.parse().expect("--seeds: a number before '-'"),
+                    b.parse().expect("--seeds: a number after '-'"),
+                );
+                (a..=b).collect()
+            }
+            None => vec![group.parse().expect("--seeds: a seed")],
+        })
+        .collect()
+}
+
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// The autonomous settings with `--set key=value` overrides applied (for tuning; the
+/// defaults are the demo's).
+fn autonomous(overrides: &[(String, String)]) -> RunSettings {
+    let mut s = RunSettings::for_mode(Mode::Autonomous);
+    for (key, value) in overrides {
+        let number = || -> f64 { value.parse().expect("--set: a number") };
+        match key.as_str() {
+            "horizon" => s.forecast_horizon = number() as i64,
+            "headroom" => s.disruption.headroom = number(),
+            "per-eviction" => s.disruption.min_savings_per_eviction = number(),
+            "fraction" => s.disruption.min_savings_fraction = number(),
+            "budget" => s.budget_percent = number() as u32,
+            "consolidate-after" => s.consolidate_after = number() as i64,
+            "disruption-every" => s.disruption_every = number() as i64,
+            "rightsizing-every" => s.rightsizing_every = number() as i64,
+            "memory-margin" => s.policy.memory_margin = number(),
+            "cpu-margin" => s.policy.cpu_margin = number(),
+            "max-step" => s.policy.max_step = number(),
+            "min-change" => s.policy.min_change = number(),
+            "limits" => {
+                s.policy.limits = match value.as_str() {
+                    "keep" => tailor::apis::LimitsPolicy::Keep,
+                    "ratio" => tailor::apis::LimitsPolicy::KeepRatio,
+                    other => panic!("--set limits: keep or ratio, not {other}"),
+                }
+            }
+            other => panic!("--set: unknown setting {other}"),
+        }
+    }
+    s
+}
+
+fn run_seed(
+    seed: u64,
+    days: u32,
+    types: &[InstanceType],
+    overrides: &[(String, String)],
+    autonomous_only: bool,
+) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let scenario = Scenario::mid_size(seed, days);
+    let mut summaries = Vec::new();
+    let runs = if autonomous_only {
+        // Tuning: the other two runs do not depend on the autonomous settings; their
+        // figures (and the cost ratios) read as zero.
+        summaries.push(RunSummary::default());
+        summaries.push(RunSummary::default());
+        vec![autonomous(overrides)]
+    } else {
+        vec![
+            RunSettings::for_mode(Mode::RecommendOnly),
+            RunSettings::consolidation_only(),
+            autonomous(overrides),
+        ]
+    };
+    for settings in runs {
+        let run = runtime.block_on(world::run(
+            &scenario,
+            &settings,
+            types.to_vec(),
+            None,
+            &mut |_| {},
+        ));
+        summaries.push(run.summary);
+    }
+    let autonomous = summaries.pop().expect("three runs");
+    let consolidation_only = summaries.pop().expect("three runs");
+    let recommend_only = summaries.pop().expect("three runs");
+    Outcome {
+        seed,
+        recommend_only,
+        consolidation_only,
+        autonomous,
+    }
+}
+
+fn min_median_max(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    (v[0], median, v[n - 1])
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench");
+    let sets =
+        parse_sets(flag(&args, "--seeds").unwrap_or(if full { "1-20,101-110" } else { "7" }));
+    let days: u32 = flag(&args, "--days")
+        .map(|d| d.parse().expect("--days: a number"))
+        .unwrap_or(if full { 7 } else { 1 });
+    let threads: usize = flag(&args, "--threads")
+        .map(|d| d.parse().expect("--threads: a number"))
+        .unwrap_or(2);
+    let autonomous_only = args.iter().any(|a| a == "--autonomous-only");
+    let overrides: Vec<(String, String)> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--set")
+        .filter_map(|(i, _)| args.get(i + 1)?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let types = Catalog::builtin()
+        .expect("the built-in catalog")
+        .instance_types(&CatalogOptions::for_region("eastus"))
+        .expect("instance types");
+    let seeds: Vec<u64> = sets.iter().flatten().copied().collect();
+    let next = AtomicUsize::new(0);
+    let outcomes = Mutex::new(Vec::new());
+    println!(
+        "{:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>6} | {:>6} {:>6}",
+        "seed",
+        "RO $",
+        "CO $",
+        "AU $",
+        "AU/RO",
+        "AU/CO",
+        "evict",
+        "OOM",
+        "pend-h",
+        "launch",
+        "CO-ev",
+        "CO-lau"
+    );
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&seed) = seeds.get(i) else { break };
+                    let o = run_seed(seed, days, &types, &overrides, autonomous_only);
+                    println!(
+                        "{:>5} {:>9.0} {:>9.0} {:>9.0} {:>6.3} {:>6.3} {:>6} {:>5} {:>7.2} {:>6} | {:>6} {:>6}",
+                        o.seed,
+                        o.recommend_only.total_cost,
+                        o.consolidation_only.total_cost,
+                        o.autonomous.total_cost,
+                        o.autonomous.total_cost / o.recommend_only.total_cost,
+                        o.autonomous.total_cost / o.consolidation_only.total_cost,
+                        o.autonomous.pods_evicted,
+                        o.autonomous.oom_kills,
+                        o.autonomous.pending_pod_hours,
+                        o.autonomous.launches,
+                        o.consolidation_only.pods_evicted,
+                        o.consolidation_only.launches,
+                    );
+                    outcomes.lock().expect("not poisoned").push(o);
+                }
+            });
+        }
+    });
+    let outcomes = outcomes.into_inner().expect("not poisoned");
+    for set in &sets {
+        let of_set: Vec<&Outcome> = outcomes.iter().filter(|o| set.contains(&o.seed)).collect();
+        if of_set.is_empty() {
+            continue;
+        }
+        println!(
+            "\nseeds {}-{} ({} seeds, {days} days): autonomous, min / median / max",
+            set[0],
+            set[set.len() - 1],
+            of_set.len()
+        );
+        for f in FIGURES {
+            let (lo, mid, hi) = min_median_max(of_set.iter().map(|o| (f.value)(o)).collect());
+            let missed = of_set.iter().filter(|o| (f.value)(o) > f.target).count();
+            println!(
+                "  {:<28} {:>9.3} {:>9.3} {:>9.3}   target <= {:<6} {}",
+                f.name,
+                lo,
+                mid,
+                hi,
+                f.target,
+                if missed == 0 {
+                    "met on every seed".to_string()
+                } else {
+                    format!("MISSED on {missed} seed(s)")
+                }
+            );
+        }
+        for (name, value) in CONTEXT {
+            let (lo, mid, hi) = min_median_max(of_set.iter().map(|o| value(o)).collect());
+            println!("  {name:<40} {lo:>9.3} {mid:>9.3} {hi:>9.3}");
+        }
+    }
+}

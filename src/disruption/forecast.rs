@@ -1,0 +1,267 @@
+//! What each NodePool's pods will request in the next hours, read from the cycle of what
+//! they requested before.
+//!
+//! Clusters breathe with the day and the week: replicas follow traffic, batch runs at fixed
+//! hours. Consolidation that removes at night the nodes the morning buys again pays for a
+//! few hours' saving with launches, evictions and pods left pending; given what the pools
+//! are expected to carry ([`super::Cluster::expected`]) it keeps that capacity instead.
+//!
+//! The history is a sample of the requested CPU and memory on each pool's nodes every few
+//! minutes. The expectation for `[now, now + horizon]` is today's requests scaled by how
+//! much they grew over the same window one day and one week earlier (the larger growth),
+//! never below today's. Growth rather than the figures themselves, because right-sizing
+//! changes requests between then and now: the cycle's shape survives it, its level does
+//! not. Pure: the caller records and asks with its own `now`.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::apis::labels;
+use crate::model::{Dimension, Resources};
+use crate::scheduling::Input;
+
+/// How far ahead the demo and the agent look by default: a quarter of a day covers a
+/// morning ramp and the next run of a job that runs every few hours.
+pub const DEFAULT_HORIZON: i64 = 6 * 3600;
+
+/// At most one sample per this many seconds.
+const RESOLUTION: i64 = 300;
+
+/// The cycles looked at: the same hours yesterday and a week ago.
+const LAGS: [i64; 2] = [86_400, 7 * 86_400];
+
+/// History older than this is dropped: a week back plus a horizon's window.
+const KEEP: i64 = 8 * 86_400;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Point {
+    t: i64,
+    cpu: i64,
+    memory: i64,
+}
+
+/// Requested CPU and memory per NodePool over time.
+#[derive(Debug, Clone, Default)]
+pub struct DemandHistory {
+    pools: BTreeMap<String, VecDeque<Point>>,
+}
+
+/// Requested CPU (millicores) and memory (bytes) of the pods on each pool's nodes, every
+/// pool of `input` included (a pool without nodes requests nothing).
+fn requested(input: &Input) -> BTreeMap<String, (i64, i64)> {
+    let mut out: BTreeMap<String, (i64, i64)> = input
+        .pools
+        .iter()
+        .map(|p| (p.name.clone(), (0, 0)))
+        .collect();
+    for node in &input.nodes {
+        let Some(pool) = node.labels.get(labels::NODE_POOL) else {
+            continue;
+        };
+        let e = out.entry(pool.clone()).or_default();
+        for p in &node.pods {
+            e.0 += p.requests.get(&Dimension::Cpu);
+            e.1 += p.requests.get(&Dimension::Memory);
+        }
+    }
+    out
+}
+
+impl DemandHistory {
+    /// An empty history.
+    pub fn new() -> Self {
+        DemandHistory::default()
+    }
+
+    /// Records what the pods on each pool's nodes request at `now`; a sample within
+    /// five minutes of the last one is skipped.
+    pub fn record(&mut self, input: &Input, now: i64) {
+        for (pool, (cpu, memory)) in requested(input) {
+            let points = self.pools.entry(pool).or_default();
+            if points.back().is_some_and(|p| now - p.t < RESOLUTION) {
+                continue;
+            }
+            points.push_back(Point {
+                t: now,
+                cpu,
+                memory,
+            });
+            while points.front().is_some_and(|p| now - p.t > KEEP) {
+                points.pop_front();
+            }
+        }
+    }
+
+    /// Per pool, the requests its nodes are expected to carry at the most within
+    /// `[now, now + horizon]`. A pool whose history does not reach a day back is expected
+    /// to need the most it requested so far; a pool without history has no entry.
+    pub fn expected(&self, input: &Input, now: i64, horizon: i64) -> BTreeMap<String, Resources> {
+        let mut out = BTreeMap::new();
+        if horizon <= 0 {
+            return out;
+        }
+        for (pool, (cpu, memory)) in requested(input) {
+            let Some(points) = self.pools.get(&pool) else {
+                continue;
+            };
+            let mut grown: Option<(i64, i64)> = None;
+            for lag in LAGS {
+                let then = now - lag;
+                let Some(base) = points
+                    .iter()
+                    .filter(|p| (p.t - then).abs() <= RESOLUTION)
+                    .min_by_key(|p| (p.t - then).abs())
+                else {
+                    continue;
+                };
+                let window = points
+                    .iter()
+                    .filter(|p| p.t >= then && p.t <= then + horizon);
+                let (peak_cpu, peak_memory) =
+                    window.fold((0, 0), |a, p| (a.0.max(p.cpu), a.1.max(p.memory)));
+                let scale = |now: i64, base: i64, peak: i64| -> i64 {
+                    if base > 0 {
+                        (now as f64 * peak as f64 / base as f64).round() as i64
+                    } else {
+                        // Nothing ran then: what ran at the peak is what to expect.
+                        peak
+                    }
+                };
+                let e = (
+                    scale(cpu, base.cpu, peak_cpu).max(cpu),
+                    scale(memory, base.memory, peak_memory).max(memory),
+                );
+                grown = Some(grown.map_or(e, |g| (g.0.max(e.0), g.1.max(e.1))));
+            }
+            // Until a day is recorded the cycle is unknown: the capacity needed since the
+            // history began is kept, rather than removed at the first trough and bought
+            // again at the next peak.
+            let grown = grown.or_else(|| {
+                let first = points.front()?;
+                (now - first.t >= RESOLUTION).then(|| {
+                    points
+                        .iter()
+                        .fold((cpu, memory), |a, p| (a.0.max(p.cpu), a.1.max(p.memory)))
+                })
+            });
+            if let Some((cpu, memory)) = grown {
+                out.insert(pool, Resources::cpu_memory(cpu, memory));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::input::default_pool;
+    use crate::scheduling::{ExistingNode, PodInfo};
+
+    const DAY: i64 = 86_400;
+
+    /// One node of pool `default` whose pods request `cpu` millicores and `gib` GiB.
+    fn input(cpu: i64, gib: i64) -> Input {
+        let pod = PodInfo {
+            key: "shop/web-1".to_string(),
+            namespace: "shop".to_string(),
+            labels: BTreeMap::new(),
+            requests: Resources::cpu_memory(cpu, gib << 30),
+            node_requirements: Default::default(),
+            preferred_node: Vec::new(),
+            tolerations: Vec::new(),
+            affinity: Vec::new(),
+            anti_affinity: Vec::new(),
+            preferred_affinity: Vec::new(),
+            preferred_anti_affinity: Vec::new(),
+            spread: Vec::new(),
+            host_ports: Vec::new(),
+            node_name: Some("n1".to_string()),
+            owner: None,
+        };
+        let mut pool = default_pool(Vec::new());
+        pool.name = "default".to_string();
+        Input {
+            pending: Vec::new(),
+            nodes: vec![ExistingNode {
+                name: "n1".to_string(),
+                labels: BTreeMap::from([(labels::NODE_POOL.to_string(), "default".to_string())]),
+                taints: Vec::new(),
+                allocatable: Resources::cpu_memory(16_000, 64 << 30),
+                pods: vec![pod],
+                unschedulable: false,
+            }],
+            pools: vec![pool],
+            daemon_sets: Vec::new(),
+        }
+    }
+
+    /// A day whose requests are 4 cores at night (hours 0-7) and 10 cores by day.
+    fn a_day_of_cycle(history: &mut DemandHistory, day: i64) {
+        for minute in (0..24 * 60).step_by(5) {
+            let t = day * DAY + minute * 60;
+            let cpu = if minute < 8 * 60 { 4_000 } else { 10_000 };
+            history.record(&input(cpu, 8), t);
+        }
+    }
+
+    #[test]
+    fn the_morning_ramp_seen_yesterday_is_expected_before_dawn() {
+        let mut history = DemandHistory::new();
+        a_day_of_cycle(&mut history, 0);
+        // Day 1, 05:00: 4 cores now; yesterday they grew 2.5x between 05:00 and 11:00.
+        let now = DAY + 5 * 3600;
+        let expected = history.expected(&input(4_000, 8), now, 6 * 3600);
+        let e = &expected["default"];
+        assert_eq!(e.get(&Dimension::Cpu), 10_000);
+        assert_eq!(e.get(&Dimension::Memory), 8 << 30, "memory did not grow");
+        // At 12:00 nothing grows in the next six hours: today's requests are expected.
+        let expected = history.expected(&input(10_000, 8), DAY + 12 * 3600, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 10_000);
+    }
+
+    #[test]
+    fn growth_scales_todays_requests_not_yesterdays() {
+        let mut history = DemandHistory::new();
+        a_day_of_cycle(&mut history, 0);
+        // Right-sizing halved every request since: the ramp is 2.5x of today's 2 cores.
+        let expected = history.expected(&input(2_000, 4), DAY + 5 * 3600, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 5_000);
+        assert_eq!(expected["default"].get(&Dimension::Memory), 4 << 30);
+    }
+
+    #[test]
+    fn before_a_day_of_history_the_most_requested_so_far_is_expected() {
+        let mut history = DemandHistory::new();
+        assert!(
+            history.expected(&input(4_000, 8), 0, 6 * 3600).is_empty(),
+            "no history, no expectation"
+        );
+        for h in 0..20 {
+            let cpu = if h == 10 { 9_000 } else { 4_000 };
+            history.record(&input(cpu, 8), h * 3600);
+        }
+        let expected = history.expected(&input(4_000, 8), 20 * 3600, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 9_000);
+    }
+
+    #[test]
+    fn without_a_horizon_nothing_is_expected() {
+        let mut history = DemandHistory::new();
+        a_day_of_cycle(&mut history, 0);
+        assert!(history.expected(&input(4_000, 8), DAY + 3600, 0).is_empty());
+    }
+
+    #[test]
+    fn samples_closer_than_five_minutes_and_older_than_eight_days_are_dropped() {
+        let mut history = DemandHistory::new();
+        history.record(&input(1_000, 1), 0);
+        history.record(&input(9_000, 1), 60);
+        assert_eq!(history.pools["default"].len(), 1);
+        history.record(&input(1_000, 1), 9 * DAY);
+        assert_eq!(
+            history.pools["default"].len(),
+            1,
+            "the first is past a week and a day"
+        );
+    }
+}
