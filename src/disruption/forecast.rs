@@ -43,6 +43,9 @@ struct Point {
 #[derive(Debug, Clone, Default)]
 pub struct DemandHistory {
     pools: BTreeMap<String, VecDeque<Point>>,
+    /// Whether a pool whose history is shorter than a day is expected to need the most it
+    /// requested so far (see [`DemandHistory::holding_the_peak_until_a_day`]).
+    hold_peak: bool,
 }
 
 /// Requested CPU (millicores) and memory (bytes) of the pods on each pool's nodes, every
@@ -67,9 +70,22 @@ fn requested(input: &Input) -> BTreeMap<String, (i64, i64)> {
 }
 
 impl DemandHistory {
-    /// An empty history.
+    /// An empty history that expects nothing until it holds a day: a pool is expected to
+    /// need more than it requests now only once yesterday's cycle is known. The agent
+    /// keeps its history in memory, so a restart starts over, and holding the peak
+    /// before that would block consolidation for a day after every restart.
     pub fn new() -> Self {
         DemandHistory::default()
+    }
+
+    /// An empty history that, until it holds a day, expects each pool to need the most it
+    /// requested so far, rather than removing capacity at the first trough only to buy it
+    /// again at the next peak. For a run that starts with its history (the demo).
+    pub fn holding_the_peak_until_a_day() -> Self {
+        DemandHistory {
+            hold_peak: true,
+            ..DemandHistory::default()
+        }
     }
 
     /// Records what the pods on each pool's nodes request at `now`; a sample within
@@ -92,8 +108,9 @@ impl DemandHistory {
     }
 
     /// Per pool, the requests its nodes are expected to carry at the most within
-    /// `[now, now + horizon]`. A pool whose history does not reach a day back is expected
-    /// to need the most it requested so far; a pool without history has no entry.
+    /// `[now, now + horizon]`. A pool whose history does not reach a day back has no entry,
+    /// or, when the history holds the peak until a day, is expected to need the most it
+    /// requested so far; a pool without history has no entry.
     pub fn expected(&self, input: &Input, now: i64, horizon: i64) -> BTreeMap<String, Resources> {
         let mut out = BTreeMap::new();
         if horizon <= 0 {
@@ -136,6 +153,9 @@ impl DemandHistory {
             // history began is kept, rather than removed at the first trough and bought
             // again at the next peak.
             let grown = grown.or_else(|| {
+                if !self.hold_peak {
+                    return None;
+                }
                 let first = points.front()?;
                 (now - first.t >= RESOLUTION).then(|| {
                     points
@@ -187,7 +207,7 @@ mod tests {
                 labels: BTreeMap::from([(labels::NODE_POOL.to_string(), "default".to_string())]),
                 taints: Vec::new(),
                 allocatable: Resources::cpu_memory(16_000, 64 << 30),
-                pods: vec![pod],
+                pods: vec![std::sync::Arc::new(pod)],
                 unschedulable: false,
             }],
             pools: vec![pool],
@@ -230,8 +250,8 @@ mod tests {
     }
 
     #[test]
-    fn before_a_day_of_history_the_most_requested_so_far_is_expected() {
-        let mut history = DemandHistory::new();
+    fn before_a_day_of_history_the_most_requested_so_far_is_expected_when_held() {
+        let mut history = DemandHistory::holding_the_peak_until_a_day();
         assert!(
             history.expected(&input(4_000, 8), 0, 6 * 3600).is_empty(),
             "no history, no expectation"
@@ -242,6 +262,17 @@ mod tests {
         }
         let expected = history.expected(&input(4_000, 8), 20 * 3600, 6 * 3600);
         assert_eq!(expected["default"].get(&Dimension::Cpu), 9_000);
+        // The agent's history (a restart starts it over) expects nothing before a day.
+        let mut agent = DemandHistory::new();
+        for h in 0..20 {
+            let cpu = if h == 10 { 9_000 } else { 4_000 };
+            agent.record(&input(cpu, 8), h * 3600);
+        }
+        assert!(
+            agent
+                .expected(&input(4_000, 8), 20 * 3600, 6 * 3600)
+                .is_empty()
+        );
     }
 
     #[test]

@@ -1302,7 +1302,7 @@ pub async fn run(
         reported_types: Default::default(),
         last_recommendation: vec![None; scenario.workloads.len()],
         used_by_namespace: BTreeMap::new(),
-        demand: disruption::forecast::DemandHistory::new(),
+        demand: disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
         expected: BTreeMap::new(),
     };
     if let Some(m) = metrics {
