@@ -13,7 +13,27 @@ use tailor::telemetry::{Telemetry, TelemetrySettings};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_purge_delay` (its position in `mi_option_e`, the same in mimalloc
+/// 2 and 3; the Rust bindings do not name it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Returns freed pages to the system at once instead of after mimalloc's delay (10 ms, and
+/// ten times that for whole arenas, counted only when the freeing thread next allocates).
+/// Each pass of a controller builds and drops a model of the cluster on whichever runtime
+/// thread it lands; with the delay, the pages one pass freed were still resident while the
+/// next pass, on another thread, took new ones, and the agent's peak rose by a pass's
+/// worth (150 MiB against 131 MiB with 500 nodes and 5,000 pods, `cargo bench --bench
+/// agent`). `MIMALLOC_PURGE_DELAY` in the environment still wins.
+fn release_freed_memory_promptly() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of mimalloc's options; any value is valid and it may be set at
+        // any time.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    }
+}
+
 fn main() -> anyhow::Result<()> {
+    release_freed_memory_promptly();
     let Cli { log, command } = Cli::parse();
     // The agent logs in the format it is told and pushes OTLP when a collector is set.
     // The standard OpenTelemetry variables: the collector, the push interval and the span
@@ -56,5 +76,27 @@ fn main() -> anyhow::Result<()> {
         // stop quietly and successfully, as Unix tools do.
         Err(cli::CliError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.map_err(anyhow::Error::from),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_purge_delay_option_is_the_one_mimalloc_documents_and_is_set_to_zero() {
+        // SAFETY: reads and sets mimalloc options; any value is valid.
+        let before = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // The documented default of `mi_option_purge_delay` is 10 ms: another option
+            // at this position would read differently.
+            assert_eq!(
+                before, 10,
+                "option {MI_OPTION_PURGE_DELAY} is not the purge delay"
+            );
+            release_freed_memory_promptly();
+            let after = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+            assert_eq!(after, 0);
+        }
     }
 }
