@@ -408,6 +408,70 @@ fn a_spread_beyond_max_skew_is_rejected() {
     assert_rejected(&e, "1 more than the least (0)");
 }
 
+/// Zone spread for pods whose node affinity allows only two of the region's three zones.
+const TWO_ZONE_SPREAD: &str = "      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: web}}
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions:
+              - {key: topology.kubernetes.io/zone, operator: In, values: [eastus-1, eastus-2]}";
+
+#[test]
+fn a_zone_the_pods_affinity_excludes_is_not_a_spread_domain() {
+    let yaml = format!("{POOL}{}", pods("web", 4, "3", TWO_ZONE_SPREAD));
+    // Two pods in each allowed zone is sound (eastus-3, empty, does not count); three and
+    // one is not.
+    let e = errors_after(&yaml, |_, plan| {
+        let in_zone = |plan: &Plan, zone: &str| -> usize {
+            plan.node_claims
+                .iter()
+                .filter(|c| c.zone == zone)
+                .map(|c| c.pods.len())
+                .sum()
+        };
+        assert_eq!(
+            (in_zone(plan, "eastus-1"), in_zone(plan, "eastus-2")),
+            (2, 2),
+            "{plan:#?}"
+        );
+        let from = plan
+            .node_claims
+            .iter()
+            .position(|c| c.zone == "eastus-2")
+            .expect("a claim in eastus-2");
+        let to = plan
+            .node_claims
+            .iter()
+            .position(|c| c.zone == "eastus-1")
+            .expect("a claim in eastus-1");
+        let pod = plan.node_claims[from].pods.remove(0);
+        plan.node_claims[to].pods.push(pod);
+    });
+    assert_rejected(&e, "has 3 matching pods, 1 more than the least (1)");
+}
+
+#[test]
+fn below_min_domains_the_least_count_is_zero() {
+    let spread = format!(
+        "{ZONE_SPREAD}
+        minDomains: 4"
+    );
+    let yaml = format!("{POOL}{}", pods("web", 6, "3", &spread));
+    let e = errors_after(&yaml, |_, plan| {
+        // Three zones, fewer than four domains: one pod per zone, the rest unschedulable.
+        assert_eq!(plan.node_claims.len(), 3);
+        assert_eq!(plan.unschedulable.len(), 3);
+        let pod = plan.unschedulable.remove(0).pod;
+        plan.node_claims[0].pods.push(pod);
+    });
+    assert_rejected(&e, "has 2 matching pods, 1 more than the least (0)");
+}
+
 #[test]
 fn a_plan_beyond_the_pool_resource_limit_is_rejected() {
     let pool = format!("{POOL}  limits: {{cpu: '8'}}\n");

@@ -1057,7 +1057,17 @@ impl<'a> Scheduler<'a> {
         if can_create && labels::canonical_key(key) == labels::ZONE {
             for (pi, pool) in self.pools.iter().enumerate() {
                 if self.pool_admits(pi, p, active).is_ok() {
-                    for z in &pool.zones {
+                    // With nodeAffinityPolicy Honor, a zone the pod's node affinity rules
+                    // out is no domain of its: no node there could ever count for it.
+                    let zones = pool.zones.iter().filter(|z| {
+                        !honor_node_affinity
+                            || active
+                                .node_requirements
+                                .alternatives()
+                                .iter()
+                                .any(|a| a.get(labels::ZONE).is_none_or(|r| r.admits_value(z)))
+                    });
+                    for z in zones {
                         if let Some(&id) = self.domains[group.key_id].ids.get(z) {
                             domains.insert(id);
                         } else {

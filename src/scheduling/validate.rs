@@ -34,6 +34,11 @@ fn label<'l>(labels: &'l BTreeMap<String, String>, key: &str) -> Option<&'l str>
         .map(|(_, v)| v.as_str())
 }
 
+/// Whether a zone requirement (absent: any zone) admits `zone`.
+fn zone_allowed(requirement: Option<&crate::model::Requirement>, zone: &str) -> bool {
+    requirement.is_none_or(|r| r.admits_value(zone))
+}
+
 /// Every violated constraint, described; empty when the plan is sound.
 pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
     let mut errors = Vec::new();
@@ -276,10 +281,23 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                 // A node that could still be bought is an empty domain.
                 counts.insert(String::new(), 0);
             } else if labels::canonical_key(&s.topology_key) == labels::ZONE {
+                // Zones a node could still be bought in are domains, except those the
+                // pool's requirements or (nodeAffinityPolicy Honor) the pod's own node
+                // affinity rule out: no node there could ever count for it.
                 for pool in &input.pools {
                     for it in &pool.instance_types {
                         for o in &it.offerings {
-                            counts.entry(o.zone.clone()).or_insert(0);
+                            let pool_allows =
+                                zone_allowed(pool.requirements.get(labels::ZONE), &o.zone);
+                            let pod_allows = !s.honor_node_affinity
+                                || pod
+                                    .node_requirements
+                                    .alternatives()
+                                    .iter()
+                                    .any(|a| zone_allowed(a.get(labels::ZONE), &o.zone));
+                            if pool_allows && pod_allows {
+                                counts.entry(o.zone.clone()).or_insert(0);
+                            }
                         }
                     }
                 }
@@ -309,7 +327,15 @@ pub fn validate(input: &Input, plan: &Plan) -> Vec<String> {
                 ));
                 continue;
             };
-            let min = counts.values().copied().min().unwrap_or(0);
+            // Fewer eligible domains than minDomains: the global minimum is taken as 0.
+            let min = if s
+                .min_domains
+                .is_some_and(|m| counts.len() < usize::try_from(m).unwrap_or(0))
+            {
+                0
+            } else {
+                counts.values().copied().min().unwrap_or(0)
+            };
             let mine = counts.get(&d).copied().unwrap_or(0);
             if mine - min > i64::from(s.max_skew) {
                 errors.push(format!(
