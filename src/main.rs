@@ -17,13 +17,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// 2 and 3; the Rust bindings do not name it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Returns freed pages to the system at once instead of after mimalloc's delay (10 ms, and
-/// ten times that for whole arenas, counted only when the freeing thread next allocates).
-/// Each pass of a controller builds and drops a model of the cluster on whichever runtime
-/// thread it lands; with the delay, the pages one pass freed were still resident while the
-/// next pass, on another thread, took new ones, and the agent's peak rose by a pass's
-/// worth (150 MiB against 131 MiB with 500 nodes and 5,000 pods, `cargo bench --bench
-/// agent`). `MIMALLOC_PURGE_DELAY` in the environment still wins.
+/// Returns freed pages to the system at once instead of after mimalloc's delay (1 s in
+/// mimalloc 3, counted only when the freeing thread next allocates). Each pass of a
+/// controller builds and drops a model of the cluster on whichever runtime thread it lands;
+/// with the delay, the pages one pass freed were still resident while the next pass, on
+/// another thread, took new ones, and the agent's peak rose by a pass's worth (`cargo bench
+/// --bench agent` compares both with 500 nodes and 5,000 pods; the price is CPU time spent
+/// returning pages, about 1.5 s over the agent's first minute there).
+/// `MIMALLOC_PURGE_DELAY` in the environment still wins.
 fn release_freed_memory_promptly() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets one of mimalloc's options; any value is valid and it may be set at
@@ -88,10 +89,10 @@ mod tests {
         // SAFETY: reads and sets mimalloc options; any value is valid.
         let before = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            // The documented default of `mi_option_purge_delay` is 10 ms: another option
-            // at this position would read differently.
+            // mimalloc 3's default `mi_option_purge_delay` is 1,000 ms: another option at
+            // this position would read differently.
             assert_eq!(
-                before, 10,
+                before, 1000,
                 "option {MI_OPTION_PURGE_DELAY} is not the purge delay"
             );
             release_freed_memory_promptly();
