@@ -929,3 +929,362 @@ async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A NodePool Tailor buys KWOK nodes from, autonomous whatever the agent's global mode.
+const AUTONOMOUS_POOL: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux, maxPods: 110}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata:
+  name: default
+  annotations: {tailor.sh/mode: autonomous}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: tailor.sh/sku-family, operator: In, values: [D, E, F]}
+      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+  limits: {cpu: "1000"}
+  disruption: {consolidateAfter: 10m}
+"#;
+
+/// `web` is right-sized in Auto mode (requests set at creation only, whole steps); `api`
+/// falls under the agent's global recommend mode.
+const WEB_AUTO_ON_CREATE: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: web-auto, namespace: default}
+spec:
+  selector: {matchLabels: {app: web}}
+  mode: Auto
+  update: {mode: OnCreate, maxStepFraction: 1.0}
+"#;
+
+/// Millicores of a CPU quantity as the tests write them (`250m`, `2`).
+fn millicores(q: &str) -> i64 {
+    q.strip_suffix('m').map_or_else(
+        || (q.parse::<f64>().expect("cores") * 1000.0).round() as i64,
+        |m| m.parse().expect("millicores"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_pods_are_bought_nodes_for_their_recommended_requests_and_recommend_mode_prices_the_difference()
+ {
+    let _serial = SERIAL.lock().await;
+    let prometheus = start_prometheus(&usage()).await;
+    let cp = ControlPlane::start().await;
+    // No node yet: every pod of the scale-up below is pending until Tailor buys one.
+    cp.apply_yaml(
+        &[
+            AUTONOMOUS_POOL.to_string(),
+            WEB_AUTO_ON_CREATE.to_string(),
+            deployment("default", "web", 0, "1", "1Gi"),
+            deployment("default", "api", 0, "2", "4Gi"),
+        ]
+        .join("\n---\n"),
+    )
+    .await;
+    let flags = agent_flags(&prometheus, "1h");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+    let target = |name: &'static str| {
+        let cp = &cp;
+        async move {
+            eventually(
+                Duration::from_secs(60),
+                &format!("{name}'s actionable Recommendation"),
+                || async {
+                    let r = recommendation(cp, "default", name).await?;
+                    (condition(&r, "Actionable") == Some("True")).then_some(r)
+                },
+            )
+            .await
+            .status
+            .expect("status")
+            .containers[0]
+                .recommended
+                .requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect::<BTreeMap<String, String>>()
+        }
+    };
+    let web_target = target("deployment-web").await;
+    let api_target = target("deployment-api").await;
+    assert!(millicores(&web_target["cpu"]) < 1000, "{web_target:?}");
+    assert!(millicores(&api_target["cpu"]) < 2000, "{api_target:?}");
+
+    // Scale both up at once: one batch of twelve pending pods.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(cp.client.clone(), "default");
+    for name in ["web", "api"] {
+        deployments
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"replicas": 6}})),
+            )
+            .await
+            .expect("scaled");
+    }
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let running = eventually(
+        Duration::from_secs(120),
+        "twelve pods Running on nodes Tailor bought",
+        || async {
+            let l = list(&pods).await;
+            let running = l
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            (running == 12).then_some(l)
+        },
+    )
+    .await;
+    let template = |cpu: &str, memory: &str| {
+        BTreeMap::from([
+            ("cpu".to_string(), cpu.to_string()),
+            ("memory".to_string(), memory.to_string()),
+        ])
+    };
+    // Auto mode: each web pod was resized while pending, before its node existed; it never
+    // restarted and runs with the recommendation. Recommend mode: api keeps its template.
+    for p in &running {
+        let (spec, status, restarts) = pod_resources(p);
+        if p.name_any().starts_with("web-") {
+            assert_eq!(spec, web_target, "{}", p.name_any());
+            assert_eq!(status, web_target, "{}", p.name_any());
+            assert_eq!(restarts, 0);
+        } else {
+            assert_eq!(spec, template("2", "4Gi"), "{}", p.name_any());
+        }
+    }
+    // The nodes were bought for those requests: the claims' planned CPU is the web pods'
+    // recommendation plus api's template, not web's template (6 cores more).
+    let claims: Api<tailor::apis::NodeClaim> = Api::all(cp.client.clone());
+    let planned: i64 = list(&claims)
+        .await
+        .iter()
+        .map(|c| millicores(&c.spec.resources.requests["cpu"].0))
+        .sum();
+    let right_sized = 6 * millicores(&web_target["cpu"]) + 6 * 2000;
+    assert!(
+        planned <= right_sized + 10 && planned >= right_sized - 10,
+        "claims plan {planned}m of CPU; the pods right-sized request {right_sized}m"
+    );
+    // Recommend mode: the batch's price with api's recommendation applied is reported on
+    // the NodePool and at /metrics, and nothing was done about it.
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let report = eventually(
+        Duration::from_secs(30),
+        "a RightsizingWouldChangeBatch event on the NodePool",
+        || async {
+            list(&events)
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("RightsizingWouldChangeBatch"))
+        },
+    )
+    .await;
+    assert_eq!(report.involved_object.kind.as_deref(), Some("NodePool"));
+    let message = report.message.unwrap_or_default();
+    assert!(
+        message.contains("6 pending pod(s) of 1 Recommend-mode workload(s)"),
+        "{message}"
+    );
+    let exported = agent.metrics().await;
+    let planned_cost = metric(
+        &exported,
+        "tailor_provisioning_batch_hourly_cost_dollars{requests=\"planned\"}",
+    );
+    let right_sized_cost = metric(
+        &exported,
+        "tailor_provisioning_batch_hourly_cost_dollars{requests=\"right_sized\"}",
+    );
+    assert!(
+        planned_cost > right_sized_cost && right_sized_cost > 0.0,
+        "planned ${planned_cost}/h, right-sized ${right_sized_cost}/h\n{exported}"
+    );
+    eprintln!(
+        "batch: ${planned_cost:.4}/h as planned, ${right_sized_cost:.4}/h right-sized; {message}"
+    );
+}
+
+/// An AdmissionReview of a new `web` pod, as the API server sends it.
+fn web_pod_review(uid: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "default", "operation": "CREATE", "name": "",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "web-5d8f7c9b4-", "namespace": "default",
+                    "labels": {"app": "web", "pod-template-hash": "5d8f7c9b4"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                        "name": "web-5d8f7c9b4", "uid": "r-1", "controller": true}]},
+                "spec": {"containers": [{"name": "app", "image": "registry.example/web:1",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+            },
+            "dryRun": false
+        }
+    })
+}
+
+/// Sends a review to a replica over TLS, trusting only `ca_pem`; the response's `allowed`,
+/// whether it carries a patch, and the whole answer.
+async fn review_over_tls(port: u16, ca_pem: &[u8], uid: &str) -> (bool, bool, String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem).expect("a CA"))
+        .build()
+        .expect("client");
+    let answer: serde_json::Value = client
+        .post(format!("https://127.0.0.1:{port}/mutate-pods"))
+        .json(&web_pod_review(uid))
+        .send()
+        .await
+        .expect("the replica answers over TLS, trusted through the CA")
+        .json()
+        .await
+        .expect("an AdmissionReview");
+    let response = &answer["response"];
+    assert_eq!(response["uid"].as_str(), Some(uid), "{answer}");
+    (
+        response["allowed"].as_bool() == Some(true),
+        // kube's AdmissionResponse writes the patch's bytes as a JSON array, which the API
+        // server reads as it reads a base64 string.
+        response["patch"].is_string()
+            || response["patch"].as_array().is_some_and(|a| !a.is_empty()),
+        answer.to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_serve_the_webhook_with_one_generated_certificate_and_a_mounted_one_is_served_and_published()
+ {
+    let _serial = SERIAL.lock().await;
+    let (cp, prometheus) = cluster().await;
+    cp.apply_yaml(AUTO_ON_CREATE).await;
+    cp.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: tailor}\n")
+        .await;
+    let ports = [control_plane::free_port(), control_plane::free_port()];
+    let start = |name: &str, port: u16, extra: &[String]| {
+        let mut flags = agent_flags(&prometheus, "1h");
+        flags.extend([
+            "--webhook-address".to_string(),
+            format!("127.0.0.1:{port}"),
+            "--webhook-url".to_string(),
+            format!("https://127.0.0.1:{}/mutate-pods", ports[0]),
+        ]);
+        flags.extend(extra.iter().cloned());
+        Agent::start_as(
+            &cp,
+            &cp.kubeconfig,
+            "tailor",
+            name,
+            &["--cloud", "kwok"],
+            &as_strs(&flags),
+            &[],
+        )
+    };
+    let a = start("agent-a", ports[0], &[]);
+    a.wait_ready().await;
+    let b = start("agent-b", ports[1], &[]);
+    b.wait_ready().await;
+    let configurations: Api<
+        k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+    > = Api::all(cp.client.clone());
+    let ca_bundle = || async {
+        configurations
+            .get_opt("tailor-rightsizing")
+            .await
+            .ok()
+            .flatten()?
+            .webhooks?
+            .first()?
+            .client_config
+            .ca_bundle
+            .clone()
+            .map(|b| b.0)
+    };
+    let generated = eventually(Duration::from_secs(30), "the caBundle", ca_bundle).await;
+    eventually(Duration::from_secs(60), "web's Recommendation", || async {
+        let r = recommendation(&cp, "default", "deployment-web").await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(())
+    })
+    .await;
+    // Whichever replica the Service picks, its certificate verifies against the one CA
+    // the configuration publishes, and it patches the pod the same way.
+    for (i, port) in ports.iter().enumerate() {
+        let (allowed, patched, answer) =
+            review_over_tls(*port, &generated, &format!("review-{i}")).await;
+        assert!(allowed && patched, "replica on port {port}: {answer}");
+    }
+    // A CA that did not sign them is refused: the check above is a real verification.
+    let stranger =
+        tailor::webhook::certificate::generate(&["127.0.0.1".to_string()]).expect("a certificate");
+    let stranger_client = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(stranger.ca_pem.as_deref().expect("ca").as_bytes())
+                .expect("a CA"),
+        )
+        .build()
+        .expect("client");
+    assert!(
+        stranger_client
+            .post(format!("https://127.0.0.1:{}/mutate-pods", ports[0]))
+            .json(&web_pod_review("stranger"))
+            .send()
+            .await
+            .is_err(),
+        "a replica's certificate verified against an unrelated CA"
+    );
+    drop((a, b));
+
+    // A mounted certificate (as a kubernetes.io/tls Secret or cert-manager writes it) is
+    // what the agent serves, and its CA becomes the caBundle.
+    let dir = cp.dir().join("webhook-cert");
+    std::fs::create_dir_all(&dir).expect("cert dir");
+    let mounted =
+        tailor::webhook::certificate::generate(&["127.0.0.1".to_string()]).expect("a certificate");
+    let ca = mounted.ca_pem.clone().expect("ca");
+    std::fs::write(dir.join("tls.crt"), &mounted.cert_pem).expect("tls.crt");
+    std::fs::write(dir.join("tls.key"), &mounted.key_pem).expect("tls.key");
+    std::fs::write(dir.join("ca.crt"), &ca).expect("ca.crt");
+    let c = start(
+        "agent-c",
+        ports[0],
+        &[
+            "--webhook-cert-dir".to_string(),
+            dir.to_str().expect("utf-8").to_string(),
+        ],
+    );
+    c.wait_ready().await;
+    eventually(
+        Duration::from_secs(60),
+        "the mounted CA as the caBundle",
+        || async { (ca_bundle().await? == ca.as_bytes()).then_some(()) },
+    )
+    .await;
+    assert!(
+        review_over_tls(ports[0], ca.as_bytes(), "mounted").await.0,
+        "the mounted certificate serves"
+    );
+    // And the API server, trusting that bundle, has the pods it creates patched.
+    let created = replace_one_pod(&cp, "web-", Duration::from_secs(30)).await;
+    assert_ne!(
+        pod_resources(&created).0.get("cpu").map(String::as_str),
+        Some("1"),
+        "the new web pod was right-sized through the mounted certificate"
+    );
+}

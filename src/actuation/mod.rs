@@ -123,6 +123,37 @@ pub fn container_resize(
     Some(r)
 }
 
+/// `pod` as it will be once `containers` are applied to it: what the provisioner plans with
+/// for a pending pod it resizes before buying its node. Containers not named are unchanged.
+pub fn with_resources(pod: &Pod, containers: &[ContainerResize]) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        let all = spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten());
+        for c in all {
+            let Some(change) = containers.iter().find(|r| r.name == c.name) else {
+                continue;
+            };
+            let resources = c.resources.get_or_insert_with(Default::default);
+            for (list, values) in [
+                (&mut resources.requests, &change.requests),
+                (&mut resources.limits, &change.limits),
+            ] {
+                if values.is_empty() {
+                    continue;
+                }
+                let list = list.get_or_insert_with(BTreeMap::new);
+                for (k, v) in values {
+                    list.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    pod
+}
+
 /// The in-place resizes that move `pods` towards `targets` (the recommendation per
 /// container name), at most `rules.max_step` per round, skipping changes below
 /// `rules.min_change`.
@@ -177,6 +208,34 @@ mod tests {
             "metadata: {{name: web-1, namespace: shop}}\nspec:\n  containers:\n  - name: app\n    resources: {{requests: {{cpu: '{cpu}', memory: {memory}}}, limits: {{memory: {memory}}}}}\nstatus: {{phase: {phase}}}\n"
         ))
         .expect("pod")
+    }
+
+    #[test]
+    fn a_pod_with_resources_applied_carries_the_new_values_and_keeps_the_rest() {
+        let before = pod("Pending", "1", "1Gi");
+        let change = ContainerResize {
+            name: "app".to_string(),
+            requests: BTreeMap::from([("cpu".to_string(), Quantity("250m".to_string()))]),
+            limits: BTreeMap::from([("memory".to_string(), Quantity("512Mi".to_string()))]),
+        };
+        let after = with_resources(&before, std::slice::from_ref(&change));
+        let r = after.spec.as_ref().unwrap().containers[0]
+            .resources
+            .clone()
+            .unwrap();
+        let requests = r.requests.unwrap();
+        assert_eq!(requests["cpu"].0, "250m");
+        assert_eq!(
+            requests["memory"].0, "1Gi",
+            "memory request not named: kept"
+        );
+        assert_eq!(r.limits.unwrap()["memory"].0, "512Mi");
+        // Another container's change leaves this pod as it was.
+        let other = ContainerResize {
+            name: "sidecar".to_string(),
+            ..change
+        };
+        assert_eq!(with_resources(&before, &[other]), before);
     }
 
     fn target(cpu: i64, memory: i64) -> BTreeMap<String, ContainerRecommendation> {

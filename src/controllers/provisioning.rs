@@ -16,6 +16,7 @@ use kube::runtime::events::EventType;
 use rand::Rng;
 
 use super::{Context, reference, wait_for_change};
+use crate::actuation::{ContainerResize, Resize, with_resources};
 use crate::apis::nodeclaim::{NodeClaimResources, NodeRequirement, RequirementOperator};
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, labels};
 use crate::cloud::CloudProvider;
@@ -25,6 +26,7 @@ use crate::provisioning::{Batcher, Mode};
 use crate::scheduling::input::pool_from;
 use crate::scheduling::{self, ExistingNode, Input, Options, Plan, PlannedNodeClaim};
 use crate::state::Snapshot;
+use crate::webhook::mutate::{Decision, Objects, decide, decide_if_auto};
 
 /// How long a pod that could not be planned (no valid NodePool, the catalog unavailable) waits
 /// before it is planned again.
@@ -62,6 +64,9 @@ struct Round {
     uncovered: BTreeSet<String>,
     /// Pods already told why they cannot land (pod uid, reason).
     told: BTreeSet<(String, String)>,
+    /// Pending pods (by uid) whose right-sizing resize was refused: planned as they are
+    /// from then on, or every round would buy a node they do not fit.
+    resize_refused: BTreeSet<String>,
 }
 
 /// Runs the provisioner until aborted.
@@ -194,6 +199,9 @@ fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now:
         .collect();
     round.covered.retain(|k, _| pending_keys.contains(k));
     round.told.retain(|(uid, _)| pending_uids.contains(uid));
+    round
+        .resize_refused
+        .retain(|uid| pending_uids.contains(uid));
     if !uncovered.is_empty() && uncovered != round.uncovered {
         round.batcher.observe(now);
     }
@@ -237,28 +245,33 @@ async fn provision<C: CloudProvider>(
             return;
         }
     };
-    let mut input = match Input::from_snapshot(&snapshot, &types) {
-        Ok(i) => i,
-        Err(e) => {
-            tracing::warn!(error = %e, "the cluster cannot be planned");
-            return;
-        }
+    // Pending pods are planned with the requests they will run with: those right-sizing
+    // governs in Auto mode are resized before their nodes are bought.
+    let right_sizing = if ctx.settings.prometheus.is_some() {
+        let objects = crate::webhook::Stores::of(&ctx.state, &ctx.settings.namespace);
+        right_size(
+            &snapshot.pods,
+            &objects,
+            &webhook_settings(&ctx.settings),
+            &round.resize_refused,
+        )
+    } else {
+        RightSizing::default()
     };
-    add_in_flight(&mut input, &snapshot);
+    for pod in &mut snapshot.pods {
+        if let Some(resize) = right_sizing.resizes.get(&key(pod)) {
+            *pod = Arc::new(with_resources(pod, &resize.containers));
+        }
+    }
     let suffix: u32 = rand::rng().random();
     let batch = format!("p{suffix:08x}");
-    let plan = scheduling::schedule(
-        &input,
-        &Options {
-            cost_aware: true,
-            name_prefix: format!("{batch}-"),
-            ..Options::default()
-        },
-    );
+    let Some(plan) = plan_batch(&snapshot, &types, &batch) else {
+        return;
+    };
     ctx.metrics
         .observe_decision("scheduling", started.elapsed().as_secs_f64());
     tracing::debug!(
-        pending = input.pending.len(),
+        pending = snapshot.pods.iter().filter(|p| is_provisionable(p)).count(),
         new_nodes = plan.node_claims.len(),
         on_existing = plan
             .existing_nodes
@@ -268,7 +281,235 @@ async fn provision<C: CloudProvider>(
         unschedulable = plan.unschedulable.len(),
         "planned pending pods"
     );
+    resize_pending(ctx, round, &snapshot, &plan, &right_sizing.resizes).await;
     act(ctx, round, &snapshot, &plan, &batch, now).await;
+    // Recommend mode: what the batch would need with the recommendations applied, priced
+    // once the batch is on its way (it never delays a launch).
+    let planned_cost = new_node_cost(&plan);
+    let right_sized_cost = if right_sizing.what_if.is_empty() {
+        planned_cost
+    } else {
+        let mut what_if = snapshot;
+        for pod in &mut what_if.pods {
+            if let Some(p) = right_sizing.what_if.get(&key(pod)) {
+                *pod = p.clone();
+            }
+        }
+        match plan_batch(&what_if, &types, &format!("{batch}-if-right-sized")) {
+            Some(alternative) => {
+                report_right_sizing_effect(ctx, &what_if, &plan, &alternative, &right_sizing).await;
+                new_node_cost(&alternative)
+            }
+            None => planned_cost,
+        }
+    };
+    ctx.metrics.set_batch_cost(planned_cost, right_sized_cost);
+}
+
+/// Plans a snapshot's pending pods, cost-aware, new nodes named after `batch`.
+fn plan_batch(
+    snapshot: &Snapshot,
+    types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
+    batch: &str,
+) -> Option<Plan> {
+    let mut input = match Input::from_snapshot(snapshot, types) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, "the cluster cannot be planned");
+            return None;
+        }
+    };
+    add_in_flight(&mut input, snapshot);
+    Some(scheduling::schedule(
+        &input,
+        &Options {
+            cost_aware: true,
+            name_prefix: format!("{batch}-"),
+            ..Options::default()
+        },
+    ))
+}
+
+/// Hourly price of the new nodes a plan buys.
+fn new_node_cost(plan: &Plan) -> f64 {
+    plan.node_claims.iter().map(|c| c.price_per_hour).sum()
+}
+
+/// The webhook's view of the agent's modes: what right-sizing gives a pod it creates.
+fn webhook_settings(settings: &super::Settings) -> crate::webhook::Settings {
+    crate::webhook::Settings {
+        global_mode: match settings.mode {
+            Mode::Autonomous => crate::apis::Mode::Auto,
+            Mode::RecommendOnly => crate::apis::Mode::Recommend,
+        },
+        agent_namespace: settings.namespace.clone(),
+    }
+}
+
+/// Pending pods' requests as right-sizing sets them.
+#[derive(Debug, Default)]
+struct RightSizing {
+    /// Pods (by key) right-sizing governs in Auto mode whose requests differ from their
+    /// recommendation: resized before their nodes are bought, and planned so.
+    resizes: BTreeMap<String, Resize>,
+    /// Pods (by key) of Recommend-mode workloads with an actionable recommendation, as they
+    /// would be with it applied: priced, never acted on.
+    what_if: HashMap<String, Arc<Pod>>,
+    /// The workloads of those pods (`namespace/Kind/name`).
+    what_if_workloads: BTreeSet<String>,
+}
+
+/// What right-sizing does to each pending pod: the webhook's decision for a pod being
+/// created, limited to the containers a resize may change (an init container's resources
+/// are fixed once the pod exists). Pods in `refused` are left as they are.
+fn right_size(
+    pods: &[Arc<Pod>],
+    objects: &dyn Objects,
+    settings: &crate::webhook::Settings,
+    refused: &BTreeSet<String>,
+) -> RightSizing {
+    let mut out = RightSizing::default();
+    for pod in pods.iter().filter(|p| is_provisionable(p)) {
+        if refused.contains(&pod.uid().unwrap_or_default()) {
+            continue;
+        }
+        let namespace = pod.namespace().unwrap_or_default();
+        let resizable = |containers: Vec<ContainerResize>| -> Vec<ContainerResize> {
+            let spec = pod.spec.as_ref();
+            containers
+                .into_iter()
+                .filter(|c| spec.is_some_and(|s| s.containers.iter().any(|x| x.name == c.name)))
+                .collect()
+        };
+        match decide(pod, &namespace, objects, settings) {
+            Decision::Patch { containers, .. } => {
+                let containers = resizable(containers);
+                if !containers.is_empty() {
+                    out.resizes.insert(
+                        key(pod),
+                        Resize {
+                            namespace,
+                            pod: pod.name_any(),
+                            containers,
+                        },
+                    );
+                }
+            }
+            Decision::Unchanged(_) | Decision::Invalid(_) => {
+                if let Decision::Patch {
+                    workload,
+                    containers,
+                    ..
+                } = decide_if_auto(pod, &namespace, objects, settings)
+                {
+                    let containers = resizable(containers);
+                    if !containers.is_empty() {
+                        out.what_if
+                            .insert(key(pod), Arc::new(with_resources(pod, &containers)));
+                        out.what_if_workloads.insert(format!(
+                            "{}/{}/{}",
+                            workload.namespace, workload.kind, workload.name
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Resizes the pending pods right-sizing governs in Auto mode that the plan places, before
+/// any node is bought for them: the plan counted them at these requests. A refused resize
+/// leaves the pod to be planned as it is next round.
+async fn resize_pending<C: CloudProvider>(
+    ctx: &Context<C>,
+    round: &mut Round,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    resizes: &BTreeMap<String, Resize>,
+) {
+    if resizes.is_empty() {
+        return;
+    }
+    let placed: BTreeSet<&str> = plan
+        .node_claims
+        .iter()
+        .flat_map(|c| c.pods.iter())
+        .chain(plan.existing_nodes.iter().flat_map(|e| e.pods.iter()))
+        .map(String::as_str)
+        .collect();
+    let wanted: Vec<&Resize> = resizes
+        .iter()
+        .filter(|(k, _)| placed.contains(k.as_str()))
+        .map(|(_, r)| r)
+        .collect();
+    let uids: HashMap<String, String> = snapshot
+        .pods
+        .iter()
+        .map(|p| (key(p), p.uid().unwrap_or_default()))
+        .collect();
+    for wave in wanted.chunks(16) {
+        let results =
+            futures::future::join_all(wave.iter().map(|r| ctx.writer.resize_pod(r))).await;
+        for (r, result) in wave.iter().zip(results) {
+            let k = format!("{}/{}", r.namespace, r.pod);
+            match result {
+                Ok(()) => {
+                    ctx.metrics.recommendation_applied(&r.namespace);
+                    tracing::info!(pod = %k, "pending pod resized to its recommendation before its node is bought");
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %k, error = %e, "resizing a pending pod was refused; it is planned as it is from now on");
+                    if let Some(uid) = uids.get(&k) {
+                        round.resize_refused.insert(uid.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reports, on the NodePools the batch buys from, what it would need with the
+/// Recommend-mode recommendations applied, when that differs.
+async fn report_right_sizing_effect<C: CloudProvider>(
+    ctx: &Context<C>,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    alternative: &Plan,
+    right_sizing: &RightSizing,
+) {
+    let (nodes, cost) = (plan.node_claims.len(), new_node_cost(plan));
+    let (fewer, cheaper) = (alternative.node_claims.len(), new_node_cost(alternative));
+    if nodes == fewer && (cost - cheaper).abs() < 1e-6 {
+        return;
+    }
+    let message = format!(
+        "with the recommendations of {} pending pod(s) of {} Recommend-mode workload(s) applied, this batch would need {fewer} new node(s) at ${cheaper:.4}/hour instead of {nodes} at ${cost:.4}/hour",
+        right_sizing.what_if.len(),
+        right_sizing.what_if_workloads.len(),
+    );
+    tracing::info!(%message, "right-sizing would change this batch");
+    let pools: BTreeSet<&str> = plan
+        .node_claims
+        .iter()
+        .chain(&alternative.node_claims)
+        .map(|c| c.node_pool.as_str())
+        .collect();
+    for pool in snapshot
+        .node_pools
+        .iter()
+        .filter(|p| pools.contains(p.name_any().as_str()))
+    {
+        ctx.writer
+            .event(
+                &reference(pool),
+                EventType::Normal,
+                "RightsizingWouldChangeBatch",
+                "Provision",
+                message.clone(),
+            )
+            .await;
+    }
 }
 
 /// Records the verdict as the pool's `ValidationSucceeded` condition (only when it changes),

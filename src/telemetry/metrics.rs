@@ -376,6 +376,22 @@ impl Metrics {
         self.set(&names::PODS_PENDING, &[], count(pending) as f64);
     }
 
+    /// Sets the hourly price of the new nodes the last batch planned, with the requests it
+    /// was planned with and with every actionable recommendation applied.
+    pub fn set_batch_cost(&self, planned: f64, right_sized: f64) {
+        use names::PlanRequests;
+        self.set(
+            &names::PROVISIONING_BATCH_COST,
+            &[PlanRequests::Planned.as_str()],
+            planned,
+        );
+        self.set(
+            &names::PROVISIONING_BATCH_COST,
+            &[PlanRequests::RightSized.as_str()],
+            right_sized,
+        );
+    }
+
     /// Records a pod's time from pending to its NodeClaim being created.
     pub fn observe_provisioning(&self, nodepool: &str, seconds: f64) {
         self.observe(&names::PROVISIONING_DURATION, &[nodepool], seconds);

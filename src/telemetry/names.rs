@@ -124,6 +124,8 @@ pub mod label {
     pub const STATE: &str = "state";
     /// `before` or `after` right-sizing: [`super::When`].
     pub const WHEN: &str = "when";
+    /// Which requests a provisioning plan used: [`super::PlanRequests`].
+    pub const REQUESTS: &str = "requests";
     /// A controller: [`super::Controller`].
     pub const CONTROLLER: &str = "controller";
     /// An OTLP signal: [`super::Signal`].
@@ -363,6 +365,17 @@ vocabulary!(
 );
 
 vocabulary!(
+    /// The requests a provisioning batch was planned with.
+    PlanRequests {
+        /// As carried out: right-sized where right-sizing is in `Auto` mode, as requested
+        /// elsewhere.
+        Planned => "planned",
+        /// With every actionable recommendation applied, whatever its mode.
+        RightSized => "right_sized",
+    }
+);
+
+vocabulary!(
     /// The controllers whose reconciles are timed.
     Controller {
         /// Pending pods → NodeClaims.
@@ -471,6 +484,15 @@ metric!(
     "pods",
     [],
     "Pods waiting for a node"
+);
+metric!(
+    PROVISIONING_BATCH_COST,
+    Provisioning,
+    "tailor_provisioning_batch_hourly_cost_dollars",
+    Gauge,
+    "dollars per hour",
+    [l::REQUESTS],
+    "USD per hour of the new nodes the last provisioning batch planned, and of those it would need with every actionable recommendation applied; the gap is what Auto mode would save on it"
 );
 metric!(
     PROVISIONING_DURATION,
@@ -845,6 +867,7 @@ metric!(
 /// Every metric, in the order of the reference page.
 pub const CATALOGUE: &[MetricDef] = &[
     PODS_PENDING,
+    PROVISIONING_BATCH_COST,
     PROVISIONING_DURATION,
     NODECLAIM_STAGE_DURATION,
     POD_STARTUP_DURATION,
@@ -910,6 +933,7 @@ pub fn label_values(key: &str, metric: &str) -> Option<Vec<&'static str>> {
         l::SOURCE => all(SavingsSource::ALL, SavingsSource::as_str),
         l::STATE => all(RecommendationState::ALL, RecommendationState::as_str),
         l::WHEN => all(When::ALL, When::as_str),
+        l::REQUESTS => all(PlanRequests::ALL, PlanRequests::as_str),
         l::CONTROLLER => all(Controller::ALL, Controller::as_str),
         l::ERROR_KIND if metric == CLOUD_ERRORS.name => Some(CLOUD_ERROR_KINDS.to_vec()),
         l::ERROR_KIND if metric == PROMETHEUS_QUERY_ERRORS.name => {

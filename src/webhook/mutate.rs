@@ -281,6 +281,29 @@ fn operations(
 
 /// Decides what to do with `pod`, being created in `namespace`.
 pub fn decide(pod: &Pod, namespace: &str, objects: &dyn Objects, settings: &Settings) -> Decision {
+    decide_as(pod, namespace, objects, settings, true)
+}
+
+/// What [`decide`] would give `pod` if its workload were in `Auto` mode: the recommendation
+/// applied whatever the governing mode, with every other condition the same (an actionable,
+/// fresh recommendation; a usable policy). The provisioner prices the right-sized plan with
+/// it for workloads in `Recommend` mode.
+pub fn decide_if_auto(
+    pod: &Pod,
+    namespace: &str,
+    objects: &dyn Objects,
+    settings: &Settings,
+) -> Decision {
+    decide_as(pod, namespace, objects, settings, false)
+}
+
+fn decide_as(
+    pod: &Pod,
+    namespace: &str,
+    objects: &dyn Objects,
+    settings: &Settings,
+    only_auto: bool,
+) -> Decision {
     let workload = match workload_of(pod, namespace, objects) {
         Ok(w) => w,
         Err(why) => return Decision::Unchanged(why),
@@ -301,7 +324,7 @@ pub fn decide(pod: &Pod, namespace: &str, objects: &dyn Objects, settings: &Sett
         Governance::Held { source, error } => {
             return Decision::Unchanged(format!("{w}: held by policy {source}: {error}"));
         }
-        Governance::Governed { policy, source } if policy.mode != Mode::Auto => {
+        Governance::Governed { policy, source } if only_auto && policy.mode != Mode::Auto => {
             let by = source.map_or_else(|| "--mode".to_string(), |s| format!("policy {s}"));
             return Decision::Unchanged(format!("{w}: mode {:?} (from {by})", policy.mode));
         }
@@ -566,6 +589,36 @@ status:
             matches!(&d, Decision::Unchanged(why) if why.contains("Recommend")),
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn the_what_if_applies_the_recommendation_in_recommend_mode_but_keeps_every_other_check() {
+        let pod: Pod = yaml(POD);
+        let c = cluster(
+            vec![policy("Recommend", "OnCreate")],
+            recommendation(true, false, "512Mi"),
+        );
+        assert!(matches!(
+            decide(&pod, "shop", &c, &settings(Mode::Auto)),
+            Decision::Unchanged(_)
+        ));
+        let Decision::Patch { containers, .. } =
+            decide_if_auto(&pod, "shop", &c, &settings(Mode::Recommend))
+        else {
+            panic!("the what-if applies a Recommend-mode recommendation");
+        };
+        assert_eq!(containers[0].requests["memory"].0, "512Mi");
+        // Stale or not actionable: no what-if either.
+        for (actionable, stale) in [(true, true), (false, false)] {
+            let c = cluster(
+                vec![policy("Recommend", "OnCreate")],
+                recommendation(actionable, stale, "512Mi"),
+            );
+            assert!(matches!(
+                decide_if_auto(&pod, "shop", &c, &settings(Mode::Recommend)),
+                Decision::Unchanged(_)
+            ));
+        }
     }
 
     #[test]

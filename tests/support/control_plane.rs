@@ -243,7 +243,12 @@ impl Agent {
         let address = format!("127.0.0.1:{port}");
         let log = cp.dir().join("logs").join(format!("agent-{name}.log"));
         let file = std::fs::File::create(&log).expect("agent log");
-        let child = Command::new(env!("CARGO_BIN_EXE_tailor"))
+        // `TAILOR_E2E_BIN` runs the agent from another build (e.g. the optimised one the
+        // benchmarks build), to measure its latencies as users run it.
+        let binary = std::env::var_os("TAILOR_E2E_BIN")
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_tailor").into());
+        let child = Command::new(binary)
             .arg("run")
             .arg("--kubeconfig")
             .arg(kubeconfig)
