@@ -723,19 +723,20 @@ async fn act<C: CloudProvider>(
     // Nominations race the new nodes: a pod must be nominated before its node turns Ready,
     // or kube-scheduler may give the room to another. They go out alongside the claims.
     let create = async {
-        let mut created = Vec::with_capacity(to_create.len());
-        // A few at a time: a large scale-up must not flood the API server.
-        for wave in to_create.chunks(4) {
-            let writes = wave
-                .iter()
-                .map(|(claim, _)| ctx.writer.apply_node_claim(claim));
-            let results = futures::future::join_all(writes).await;
-            let at = ctx.clock.now();
-            for ((claim, planned), result) in wave.iter().zip(results) {
-                created.push((claim.name_any(), *planned, result, at));
-            }
-        }
-        created
+        use futures::StreamExt;
+        // Sixteen at a time: a large scale-up must not flood the API server, and each claim
+        // is written as soon as a slot frees (waves would wait for their slowest write).
+        let writes: Vec<_> = to_create
+            .iter()
+            .map(|(claim, planned)| async move {
+                let result = ctx.writer.apply_node_claim(claim).await;
+                (claim.name_any(), *planned, result, ctx.clock.now())
+            })
+            .collect();
+        futures::stream::iter(writes)
+            .buffer_unordered(16)
+            .collect::<Vec<_>>()
+            .await
     };
     let ((), created) = tokio::join!(nominate(ctx, &nominations), create);
     for (name, planned, result, at) in created {
