@@ -60,8 +60,15 @@ pub mod event_reason {
     /// A pod that could not be resized in place was evicted, to come back with the
     /// recommended requests.
     pub const EVICTED: &str = "EvictedToResize";
-    /// A pod that could not be resized in place is not evicted yet (the note says why).
-    pub const EVICTION_WAITING: &str = "EvictionWaiting";
+    /// Pods that could not be resized in place are not evicted: their PodDisruptionBudget
+    /// allows no disruption now.
+    pub const BLOCKED_BY_BUDGET: &str = "EvictionBlockedByBudget";
+    /// Pods that could not be resized in place are not evicted: fewer than
+    /// `update.minReplicas` would stay available.
+    pub const BLOCKED_BY_MIN_REPLICAS: &str = "EvictionBlockedByMinReplicas";
+    /// Pods that could not be resized in place are not evicted: no webhook would give their
+    /// replacements the new requests.
+    pub const BLOCKED_WITHOUT_WEBHOOK: &str = "EvictionBlockedWithoutWebhook";
     /// `RollingRestart`: the workload's pod template got the recommended requests.
     pub const TEMPLATE_APPLIED: &str = "TemplateRequestsApplied";
 }
@@ -834,14 +841,15 @@ async fn resize_in_place<C: CloudProvider>(
         ctx.settings.webhook,
         round.now,
     );
-    let mut notes: Vec<(EventType, &str, String)> = Vec::new();
+    // One Event per outcome and round (the recorder folds repeats of a reason into a
+    // series, so each reason says one thing), naming the pods.
+    let mut notes: BTreeMap<EvictionWait, Vec<String>> = BTreeMap::new();
+    let mut evicted: Vec<String> = Vec::new();
     for (name, why, wait) in &plan.waiting {
-        *round.waiting.entry(wait_label(wait)).or_default() += 1;
-        notes.push((
-            EventType::Warning,
-            event_reason::EVICTION_WAITING,
-            format!("pod {name}: {why}; not evicted: {wait}"),
-        ));
+        notes
+            .entry(wait_label(wait))
+            .or_default()
+            .push(format!("{name} ({why}; {wait})"));
     }
     for (name, why) in &plan.evict {
         let Some(pod) = pods
@@ -858,25 +866,13 @@ async fn resize_in_place<C: CloudProvider>(
                     .remove(&(w.namespace.clone(), name.clone()));
                 ctx.metrics.rightsizing_eviction(stuck_label(why));
                 tracing::info!(pod = %format!("{}/{name}", w.namespace), why = %why, "evicted: it could not be resized in place");
-                notes.push((
-                    EventType::Normal,
-                    event_reason::EVICTED,
-                    format!(
-                        "pod {name} evicted: {why}; its replacement gets the recommended \
-                         requests at creation"
-                    ),
-                ));
+                evicted.push(format!("{name} ({why})"));
             }
             // The PodDisruptionBudget allows no disruption now: the next round tries again.
             Err(WriteError::EvictionRefused { message, .. }) => {
-                *round.waiting.entry(EvictionWait::Pdb).or_default() += 1;
-                notes.push((
-                    EventType::Warning,
-                    event_reason::EVICTION_WAITING,
-                    format!(
-                        "pod {name}: {why}; not evicted: its PodDisruptionBudget allows no \
-                         disruption now ({message}); tried again next round"
-                    ),
+                notes.entry(EvictionWait::Pdb).or_default().push(format!(
+                    "{name} ({why}; its PodDisruptionBudget allows no disruption now: \
+                     {message}; tried again next round)"
                 ));
             }
             Err(WriteError::NotLeader { .. }) => return,
@@ -885,9 +881,50 @@ async fn resize_in_place<C: CloudProvider>(
             }
         }
     }
-    for (type_, reason, note) in notes {
+    const LISTED: usize = 5;
+    let listed = |pods: &[String]| {
+        let mut text = pods
+            .iter()
+            .take(LISTED)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if pods.len() > LISTED {
+            text.push_str(&format!(" and {} more", pods.len() - LISTED));
+        }
+        text
+    };
+    if !evicted.is_empty() {
+        let note = format!(
+            "evicted {} pod(s) that could not be resized in place: {}; their replacements get \
+             the recommended requests at creation",
+            evicted.len(),
+            listed(&evicted)
+        );
         ctx.writer
-            .event(round.reference, type_, reason, "Rightsizing", note)
+            .event(
+                round.reference,
+                EventType::Normal,
+                event_reason::EVICTED,
+                "Evict",
+                note,
+            )
+            .await;
+    }
+    for (wait, pods) in notes {
+        *round.waiting.entry(wait).or_default() += pods.len();
+        let reason = match wait {
+            EvictionWait::Pdb => event_reason::BLOCKED_BY_BUDGET,
+            EvictionWait::MinReplicas => event_reason::BLOCKED_BY_MIN_REPLICAS,
+            EvictionWait::NoWebhook => event_reason::BLOCKED_WITHOUT_WEBHOOK,
+        };
+        let note = format!(
+            "{} pod(s) could not be resized in place and are not evicted: {}",
+            pods.len(),
+            listed(&pods)
+        );
+        ctx.writer
+            .event(round.reference, EventType::Warning, reason, "Evict", note)
             .await;
     }
 }
