@@ -2,8 +2,11 @@
 //! real `helm` renders from deploy/charts/tailor is installed, a token is minted for the
 //! ServiceAccount through the TokenRequest API, and `tailor run` (KWOK cloud) runs with only
 //! that identity through leader election and a hand-over, provisioning, a drain held by a
-//! PodDisruptionBudget until the NodeClaim's termination grace period, consolidation of empty
-//! nodes, and recommend-only reports that repeat (an Event series). No request is refused.
+//! PodDisruptionBudget until the NodeClaim's termination grace period, right-sizing (a real
+//! Prometheus with usage: Recommendations and their checkpoints, policy statuses, the
+//! webhook's configuration, an in-place resize the node cannot make and the eviction that
+//! follows, pod templates patched by `RollingRestart`), consolidation of empty nodes, and
+//! recommend-only reports that repeat (an Event series). No request is refused.
 //!
 //! Then every permission the chart grants (each verb on each resource of each rule) is
 //! taken away in turn, the agent restarted, and the same scenario run again: each removal
