@@ -2,8 +2,11 @@
 //! real `helm` renders from deploy/charts/tailor is installed, a token is minted for the
 //! ServiceAccount through the TokenRequest API, and `tailor run` (KWOK cloud) runs with only
 //! that identity through leader election and a hand-over, provisioning, a drain held by a
-//! PodDisruptionBudget until the NodeClaim's termination grace period, consolidation of empty
-//! nodes, and recommend-only reports that repeat (an Event series). No request is refused.
+//! PodDisruptionBudget until the NodeClaim's termination grace period, right-sizing (a real
+//! Prometheus with usage: Recommendations and their checkpoints, policy statuses, the
+//! webhook's configuration, an in-place resize the node cannot make and the eviction that
+//! follows, pod templates patched by `RollingRestart`), consolidation of empty nodes, and
+//! recommend-only reports that repeat (an Event series). No request is refused.
 //!
 //! Then every permission the chart grants (each verb on each resource of each rule) is
 //! taken away in turn, the agent restarted, and the same scenario run again: each removal
@@ -15,6 +18,9 @@
 mod control_plane;
 #[path = "support/helm.rs"]
 mod helm;
+#[path = "support/prometheus.rs"]
+#[allow(dead_code)] // shared with the Prometheus tests, which use all of it
+mod prometheus_server;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -22,7 +28,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use control_plane::{Agent, ControlPlane, list};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -35,12 +42,15 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tailor::apis::{AKSNodeClass, NodeClaim, NodePool};
+use tailor::apis::{AKSNodeClass, NodeClaim, NodePool, Recommendation, RightsizingPolicy};
 
 /// The chart's release namespace (tests/support/helm.rs renders into it).
 const NAMESPACE: &str = "tailor";
 
-const VALUES: &str = "settings:\n  clusterName: e2e\n  cloud: kwok\n";
+/// Right-sizing on (a Prometheus URL; the agent is given the test's by flag), so the chart
+/// renders its rules and the webhook's.
+const VALUES: &str =
+    "settings:\n  clusterName: e2e\n  cloud: kwok\n  prometheusUrl: http://prometheus:9090\n";
 
 /// `default` consolidates at once and forces a drain 5 s after a NodeClaim's deletion;
 /// `report` is recommend-only and only pods tolerating its taint may use it.
@@ -125,6 +135,185 @@ spec:
       - {name: app, image: registry.example/report:1, resources: {requests: {cpu: 500m, memory: 1Gi}}}
 "#;
 
+/// Right-sizing's part: a small node (1 CPU, too little memory for `web`) where `grow`'s
+/// pods start, whose usage calls for more CPU than the node has (resized in place, found
+/// Infeasible, evicted and replaced through the webhook on a node provisioned for it);
+/// and a Deployment, a StatefulSet and a DaemonSet with no pods, whose pod templates
+/// `RollingRestart` patches. Two policies select the latter, so one is `Overlapping`.
+const RIGHTSIZING: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: rs-small
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {kubernetes.io/hostname: rs-small, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+status:
+  capacity: {cpu: "1", memory: 1Gi, pods: "110"}
+  allocatable: {cpu: "1", memory: 1Gi, pods: "110"}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: in-place, namespace: default}
+spec:
+  mode: Auto
+  update: {mode: InPlace, maxStepFraction: 0}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: rolling, namespace: default}
+spec:
+  targetRefs:
+  - {kind: Deployment, name: roll}
+  - {kind: StatefulSet, name: db}
+  - {kind: DaemonSet, name: ds}
+  mode: Auto
+  update: {mode: RollingRestart, maxStepFraction: 0}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: grow, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: grow}}
+  template:
+    metadata: {labels: {app: grow}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - {name: app, image: registry.example/grow:1, resources: {requests: {cpu: 100m, memory: 64Mi}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: roll, namespace: default}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: roll}}
+  template:
+    metadata: {labels: {app: roll}}
+    spec:
+      containers:
+      - {name: app, image: registry.example/roll:1, resources: {requests: {cpu: "2", memory: 2Gi}}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: default}
+spec:
+  replicas: 0
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers:
+      - {name: app, image: registry.example/db:1, resources: {requests: {cpu: "2", memory: 2Gi}}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: ds, namespace: default}
+spec:
+  selector: {matchLabels: {app: ds}}
+  template:
+    metadata: {labels: {app: ds}}
+    spec:
+      nodeSelector: {example.com/no-such-node: "true"}
+      containers:
+      - {name: app, image: registry.example/ds:1, resources: {requests: {cpu: "2", memory: 2Gi}}}
+"#;
+
+/// Two days of usage of right-sizing's workloads (pods named as their controllers name
+/// them), one sample a minute, ending now: `grow` uses a steady core, the others little.
+fn usage() -> String {
+    use std::fmt::Write as _;
+    let end = jiff::Timestamp::now().as_second() / 60 * 60 - 60;
+    let pods = [
+        ("grow-5d8f7c9b4-abcde", 1.0, 200.0),
+        ("grow-5d8f7c9b4-fghij", 1.0, 200.0),
+        ("roll-6c7d8e9f5-klmno", 0.2, 300.0),
+        ("db-0", 0.2, 300.0),
+        ("ds-pqrst", 0.2, 300.0),
+    ];
+    let mut om = String::from("# TYPE container_cpu_usage_seconds counter\n");
+    for (pod, cores, _) in pods {
+        for (i, t) in (end - 2 * 86_400..=end).step_by(60).enumerate() {
+            let total = cores * 60.0 * i as f64;
+            let _ = writeln!(
+                om,
+                "container_cpu_usage_seconds_total{{namespace=\"default\",pod=\"{pod}\",container=\"app\"}} {total} {t}"
+            );
+        }
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for (pod, _, mib) in pods {
+        for t in (end - 2 * 86_400..=end).step_by(60) {
+            let _ = writeln!(
+                om,
+                "container_memory_working_set_bytes{{namespace=\"default\",pod=\"{pod}\",container=\"app\"}} {} {t}",
+                mib * 1_048_576.0
+            );
+        }
+    }
+    om.push_str("# EOF\n");
+    om
+}
+
+/// What right-sizing runs with: Prometheus, and the webhook's certificate (for 127.0.0.1)
+/// and URL (the first agent's address; every agent applies the same configuration).
+struct Rightsizing {
+    prometheus_url: String,
+    cert_dir: PathBuf,
+    webhook_port: u16,
+}
+
+impl Rightsizing {
+    fn write_certificate(dir: &std::path::Path) {
+        let cert = tailor::webhook::certificate::generate(&["127.0.0.1".to_string()])
+            .expect("a serving certificate");
+        std::fs::create_dir_all(dir).expect("certificate dir");
+        std::fs::write(dir.join("tls.crt"), &cert.cert_pem).expect("tls.crt");
+        std::fs::write(dir.join("tls.key"), &cert.key_pem).expect("tls.key");
+        std::fs::write(dir.join("ca.crt"), cert.ca_pem.unwrap_or_default()).expect("ca.crt");
+    }
+
+    /// The flags of the agent `index` (0: the one the API server calls).
+    fn flags(&self, index: usize) -> Vec<String> {
+        let port = if index == 0 {
+            self.webhook_port
+        } else {
+            control_plane::free_port()
+        };
+        vec![
+            "--prometheus-url".to_string(),
+            self.prometheus_url.clone(),
+            "--rightsizing-interval".to_string(),
+            "2s".to_string(),
+            "--webhook-address".to_string(),
+            format!("127.0.0.1:{port}"),
+            "--webhook-url".to_string(),
+            format!("https://127.0.0.1:{}/mutate-pods", self.webhook_port),
+            "--webhook-cert-dir".to_string(),
+            self.cert_dir.to_string_lossy().into_owned(),
+        ]
+    }
+}
+
+/// The `tailor` field manager's entry on an object, if it wrote any of its fields.
+fn managed_by_tailor(meta: &kube::api::ObjectMeta) -> bool {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|m| m.manager.as_deref() == Some("tailor"))
+}
+
+/// Requests of a pod's first container.
+fn pod_requests(p: &Pod) -> Vec<(String, String)> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.containers[0].resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+        .unwrap_or_default()
+}
+
 /// One verb on one resource, as a role of the chart grants it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Permission {
@@ -134,6 +323,8 @@ struct Permission {
     /// With its subresource: `pods/eviction`.
     resource: String,
     verb: String,
+    /// The rule's `resourceNames` (empty: any object).
+    names: Vec<String>,
 }
 
 impl fmt::Display for Permission {
@@ -204,6 +395,7 @@ impl ChartRbac {
                                 group: group.clone(),
                                 resource: resource.clone(),
                                 verb: verb.clone(),
+                                names: rule.resource_names.clone().unwrap_or_default(),
                             });
                         }
                     }
@@ -227,6 +419,7 @@ impl ChartRbac {
                     api_groups: Some(vec![p.group.clone()]),
                     resources: Some(vec![p.resource.clone()]),
                     verbs: vec![p.verb.clone()],
+                    resource_names: (!p.names.is_empty()).then(|| p.names.clone()),
                     ..PolicyRule::default()
                 })
                 .collect();
@@ -297,6 +490,7 @@ impl ChartRbac {
                     resource: Some(resource),
                     subresource,
                     verb: Some(p.verb.clone()),
+                    name: p.names.first().cloned(),
                     namespace: p.role.starts_with("Role/").then(|| NAMESPACE.to_string()),
                     ..ResourceAttributes::default()
                 }),
@@ -372,6 +566,23 @@ async fn reset(cp: &ControlPlane) {
     let _ = Api::<PodDisruptionBudget>::namespaced(c.clone(), "default")
         .delete_collection(&background, &all)
         .await;
+    // Right-sizing's objects, so each run creates its Recommendations, statuses and the
+    // webhook configuration afresh.
+    let _ = Api::<StatefulSet>::namespaced(c.clone(), "default")
+        .delete_collection(&background, &all)
+        .await;
+    let _ = Api::<DaemonSet>::namespaced(c.clone(), "default")
+        .delete_collection(&background, &all)
+        .await;
+    let _ = Api::<Recommendation>::namespaced(c.clone(), "default")
+        .delete_collection(&background, &all)
+        .await;
+    let _ = Api::<RightsizingPolicy>::namespaced(c.clone(), "default")
+        .delete_collection(&background, &all)
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
+        .delete(tailor::webhook::CONFIGURATION_NAME, &background)
+        .await;
     let no_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
     let claims = Api::<NodeClaim>::all(c.clone());
     for claim in list(&claims).await {
@@ -404,6 +615,9 @@ async fn reset(cp: &ControlPlane) {
             .delete_collection(&background, &all)
             .await;
         let clean = list(&pods).await.is_empty()
+            && list(&Api::<Recommendation>::namespaced(c.clone(), "default"))
+                .await
+                .is_empty()
             && list(&claims).await.is_empty()
             && list(&nodes).await.is_empty()
             && list(&Api::<NodePool>::all(c.clone())).await.is_empty();
@@ -583,22 +797,49 @@ async fn scenario(
     kubeconfig: &std::path::Path,
     run: &str,
     hand_over: bool,
+    rs: &Rightsizing,
 ) -> Result<(), Broken> {
     reset(cp).await;
     cp.apply_yaml(POOLS).await;
-    let start = |name: &str| {
+    cp.apply_yaml(RIGHTSIZING).await;
+    let start = |name: &str, index: usize| {
+        let mut flags: Vec<String> = ["--mode", "autonomous", "--gc-interval", "2s"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        flags.extend(rs.flags(index));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         Agent::start_as(
             cp,
             kubeconfig,
             NAMESPACE,
             &format!("{run}-{name}"),
             &["--cloud", "kwok"],
-            &["--mode", "autonomous", "--gc-interval", "2s"],
+            &flags,
             &[],
         )
     };
+    // grow's pods run on the small node before any agent could provision for them.
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    control_plane::eventually(
+        Duration::from_secs(60),
+        "grow's pods running on the small node",
+        || async {
+            let on_small = list(&pods)
+                .await
+                .iter()
+                .filter(|p| p.name_any().starts_with("grow-"))
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("rs-small")
+                })
+                .count();
+            (on_small == 2).then_some(())
+        },
+    )
+    .await;
     let mut agents = Agents {
-        all: vec![start("a")],
+        all: vec![start("a", 0)],
     };
     let first = &agents.all[0].url.clone();
     agents
@@ -611,7 +852,7 @@ async fn scenario(
         })
         .await?;
     if hand_over {
-        agents.all.push(start("b"));
+        agents.all.push(start("b", 1));
         let second = &agents.all[1];
         let url = second.url.clone();
         agents
@@ -625,12 +866,114 @@ async fn scenario(
 
     // 1. Provisioning: a node for each web pod, nominated, registered and initialized.
     cp.apply_yaml(WORKLOADS).await;
-    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     let first_nodes = agents
         .until("provisioning: 2 web pods Running", 60, || {
             web_running(&pods)
         })
         .await?;
+
+    // R. Right-sizing: Recommendations and their statuses (checkpoints), the policies'
+    // statuses, the webhook configuration, an in-place resize the small node cannot make
+    // and the eviction that follows (its replacement created with the recommendation by
+    // the webhook, on a node provisioned for it), and pod templates patched.
+    let recommendations: Api<Recommendation> = Api::namespaced(cp.client.clone(), "default");
+    let policies: Api<RightsizingPolicy> = Api::namespaced(cp.client.clone(), "default");
+    agents
+        .until(
+            "right-sizing: Recommendations with checkpoints, the webhook configured",
+            60,
+            || async {
+                let l = list(&recommendations).await;
+                let checkpointed = l
+                    .iter()
+                    .filter(|r| r.status.as_ref().is_some_and(|s| s.checkpoint.is_some()))
+                    .count();
+                let configured = Api::<MutatingWebhookConfiguration>::all(cp.client.clone())
+                    .get_opt(tailor::webhook::CONFIGURATION_NAME)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some();
+                (checkpointed >= 4 && configured).then_some(())
+            },
+        )
+        .await?;
+    agents
+        .until("right-sizing: the overlapping policy told", 30, || async {
+            let p = policies.get_opt("in-place").await.ok().flatten()?;
+            p.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Overlapping" && c.status == "True")
+                .then_some(())
+        })
+        .await?;
+    let grow = recommendations
+        .get_opt("deployment-grow")
+        .await
+        .ok()
+        .flatten()
+        .ok_or(Broken::Stalled("right-sizing: grow's Recommendation"))?;
+    let target: Vec<(String, String)> = grow
+        .status
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .map(|c| {
+            c.recommended
+                .requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    agents
+        .until(
+            "right-sizing: a grow pod evicted and replaced with the recommendation",
+            90,
+            || async {
+                list(&pods)
+                    .await
+                    .iter()
+                    .any(|p| {
+                        // Created with the new requests, it cannot fit the small node.
+                        p.name_any().starts_with("grow-")
+                            && p.spec
+                                .as_ref()
+                                .and_then(|s| s.node_name.as_deref())
+                                .is_some_and(|n| n != "rs-small")
+                            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                            && pod_requests(p) == target
+                    })
+                    .then_some(())
+            },
+        )
+        .await?;
+    agents
+        .until("right-sizing: pod templates patched", 30, || async {
+            let c = cp.client.clone();
+            let d = Api::<Deployment>::namespaced(c.clone(), "default")
+                .get("roll")
+                .await
+                .ok()?;
+            let s = Api::<StatefulSet>::namespaced(c.clone(), "default")
+                .get("db")
+                .await
+                .ok()?;
+            let ds = Api::<DaemonSet>::namespaced(c, "default")
+                .get("ds")
+                .await
+                .ok()?;
+            (managed_by_tailor(&d.metadata)
+                && managed_by_tailor(&s.metadata)
+                && managed_by_tailor(&ds.metadata))
+            .then_some(())
+        })
+        .await?;
+    // grow goes, so its node empties for consolidation.
+    Api::<Deployment>::namespaced(cp.client.clone(), "default")
+        .delete("grow", &DeleteParams::background())
+        .await
+        .expect("delete grow");
 
     // 2. Drain: a deleted NodeClaim's node is cordoned, its pod's eviction refused by the
     // PDB until the claim's 5 s grace period ends, then deleted; a new node takes the pod.
@@ -696,7 +1039,11 @@ async fn scenario(
     agents
         .until("consolidation: empty nodes removed", 90, || async {
             let left = list(&claims).await;
-            let left_nodes = list(&nodes).await;
+            let left_nodes: Vec<Node> = list(&nodes)
+                .await
+                .into_iter()
+                .filter(|n| n.name_any() != "rs-small")
+                .collect();
             (left.is_empty() && left_nodes.is_empty()).then_some(())
         })
         .await?;
@@ -750,7 +1097,15 @@ async fn agent_metrics(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_needs_every_permission_of_the_chart_and_no_other() {
+    let prometheus = prometheus_server::start_prometheus(&usage()).await;
     let cp = ControlPlane::start().await;
+    let cert_dir = cp.dir().join("webhook-cert");
+    Rightsizing::write_certificate(&cert_dir);
+    let rs = Rightsizing {
+        prometheus_url: prometheus.url.clone(),
+        cert_dir,
+        webhook_port: control_plane::free_port(),
+    };
     let rbac = ChartRbac::render();
     let kubeconfig = install(&cp, &rbac).await;
     rbac.apply_roles(&cp, None).await;
@@ -758,7 +1113,7 @@ async fn the_agent_needs_every_permission_of_the_chart_and_no_other() {
 
     // Everything the chart grants: the whole scenario, with a hand-over, and no refusal.
     let started = Instant::now();
-    if let Err(broken) = scenario(&cp, &kubeconfig, "full", true).await {
+    if let Err(broken) = scenario(&cp, &kubeconfig, "full", true, &rs).await {
         let logs = std::fs::read_dir(cp.dir().join("logs"))
             .expect("logs")
             .filter_map(|e| e.ok())
@@ -784,7 +1139,7 @@ async fn the_agent_needs_every_permission_of_the_chart_and_no_other() {
         rbac.apply_roles(&cp, Some(removed)).await;
         rbac.wait_authorized(&cp, Some(removed)).await;
         let started = Instant::now();
-        let outcome = scenario(&cp, &kubeconfig, &format!("without-{i}"), false).await;
+        let outcome = scenario(&cp, &kubeconfig, &format!("without-{i}"), false, &rs).await;
         table.push((removed.clone(), outcome, started.elapsed()));
     }
     rbac.apply_roles(&cp, None).await;

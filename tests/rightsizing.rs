@@ -1288,3 +1288,323 @@ async fn two_replicas_serve_the_webhook_with_one_generated_certificate_and_a_mou
         "the new web pod was right-sized through the mounted certificate"
     );
 }
+
+/// A small node where `grow` and `held` start; the roomy node joins once they run.
+const SMALL_NODE: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: small-1
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {kubernetes.io/hostname: small-1, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+status:
+  capacity: {cpu: "1", memory: 4Gi, pods: "110"}
+  allocatable: {cpu: "1", memory: 4Gi, pods: "110"}
+"#;
+
+/// Every workload of the namespace in Auto mode, resized in place in one step.
+const AUTO_IN_PLACE_ONE_STEP: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: default, namespace: default}
+spec:
+  mode: Auto
+  update: {mode: InPlace, maxStepFraction: 0}
+"#;
+
+/// `held`'s budget is at its limit: no pod may be disrupted.
+const HELD_PDB: &str = r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: held, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: held}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_node_cannot_resize_is_evicted_and_comes_back_with_the_recommendation_unless_its_pdb_forbids()
+ {
+    let _serial = SERIAL.lock().await;
+    // Both workloads use well over a core: more than the small node can ever give a pod.
+    let (usage, _) = history(&[
+        ("default", "grow-5d8f7c9b4-abcde", 1.2, 300.0, 3 * DAY),
+        ("default", "grow-5d8f7c9b4-fghij", 1.2, 300.0, 3 * DAY),
+        ("default", "held-7c6b5d4f8-klmno", 1.2, 300.0, 3 * DAY),
+        ("default", "held-7c6b5d4f8-pqrst", 1.2, 300.0, 3 * DAY),
+    ]);
+    let prometheus = start_prometheus(&usage).await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(
+        &[
+            SMALL_NODE.to_string(),
+            deployment("default", "grow", 2, "100m", "64Mi"),
+            deployment("default", "held", 2, "100m", "64Mi"),
+            HELD_PDB.to_string(),
+        ]
+        .join("\n---\n"),
+    )
+    .await;
+    wait_pods_running(&cp, "default", 4).await;
+    // The roomy node joins now: only a pod created with the new requests goes there.
+    cp.apply_yaml(NODE).await;
+    cp.apply_yaml(AUTO_IN_PLACE_ONE_STEP).await;
+    cp.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: tailor}\n")
+        .await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let uids = |prefix: &'static str| {
+        let pods = pods.clone();
+        async move {
+            list(&pods)
+                .await
+                .into_iter()
+                .filter(|p| p.name_any().starts_with(prefix))
+                .filter_map(|p| p.uid())
+                .collect::<Vec<_>>()
+        }
+    };
+    let (grow_before, held_before) = (uids("grow-").await, uids("held-").await);
+    assert_eq!((grow_before.len(), held_before.len()), (2, 2));
+
+    let port = control_plane::free_port();
+    let mut flags = agent_flags(&prometheus, "3s");
+    flags.extend([
+        "--webhook-address".to_string(),
+        format!("127.0.0.1:{port}"),
+        "--webhook-url".to_string(),
+        format!("https://127.0.0.1:{port}/mutate-pods"),
+    ]);
+    let agent = Agent::start_as(
+        &cp,
+        &cp.kubeconfig,
+        "tailor",
+        "agent-a",
+        &["--cloud", "kwok"],
+        &as_strs(&flags),
+        &[],
+    );
+    agent.wait_ready().await;
+    let grow = eventually(Duration::from_secs(60), "grow's Recommendation", || async {
+        let r = recommendation(&cp, "default", "deployment-grow").await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(r)
+    })
+    .await;
+    let target: BTreeMap<String, String> = grow.status.as_ref().expect("status").containers[0]
+        .recommended
+        .requests
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    let cores = tailor::model::quantity::parse_milli(&target["cpu"]).expect("cpu");
+    assert!(
+        cores > 1000,
+        "a recommendation the small node cannot hold: {target:?}"
+    );
+
+    // grow's pods are resized, found Infeasible, evicted one at a time (minReplicas 1) and
+    // replaced by pods created with the recommendation, which land on the roomy node.
+    let replaced = eventually(
+        Duration::from_secs(120),
+        "grow's pods replaced with the recommendation",
+        || async {
+            let now = list(&pods).await;
+            let grows: Vec<&Pod> = now
+                .iter()
+                .filter(|p| p.name_any().starts_with("grow-"))
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let done = grows.len() == 2
+                && grows.iter().all(|p| {
+                    let (spec, status, _) = pod_resources(p);
+                    !grow_before.contains(&p.uid().unwrap_or_default())
+                        && spec == target
+                        && status == target
+                        && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("fake-1")
+                });
+            done.then(|| grows.iter().map(|p| p.name_any()).collect::<Vec<_>>())
+        },
+    )
+    .await;
+    assert_eq!(replaced.len(), 2);
+
+    // held's budget allows no disruption: its pods stay, stuck, and the Recommendation says why.
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let waiting = eventually(
+        Duration::from_secs(60),
+        "an EvictionBlockedByBudget event",
+        || async {
+            list(&events).await.into_iter().find(|e| {
+                e.reason.as_deref() == Some("EvictionBlockedByBudget")
+                    && e.involved_object.name.as_deref() == Some("deployment-held")
+            })
+        },
+    )
+    .await;
+    let message = waiting.message.unwrap_or_default();
+    assert!(
+        message.contains("Infeasible") && message.contains("PodDisruptionBudget"),
+        "{message}"
+    );
+    let evicted = list(&events)
+        .await
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("EvictedToResize")
+                && e.involved_object.name.as_deref() == Some("deployment-grow")
+        })
+        .count();
+    assert!(
+        evicted >= 1,
+        "no EvictedToResize event on grow's Recommendation"
+    );
+    assert_eq!(
+        uids("held-").await,
+        held_before,
+        "held's pods were not evicted"
+    );
+    let metrics = agent.metrics().await;
+    assert!(
+        metric(
+            &metrics,
+            "tailor_rightsizing_evictions_total{reason=\"infeasible\""
+        ) >= 2.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(
+            &metrics,
+            "tailor_rightsizing_evictions_waiting{reason=\"pdb\""
+        ) >= 1.0,
+        "{metrics}"
+    );
+}
+
+/// `web` opts into rolling restarts; the others stay in recommend mode.
+const ROLLING_RESTART: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: web-rolling, namespace: default}
+spec:
+  selector: {matchLabels: {app: web}}
+  mode: Auto
+  update: {mode: RollingRestart, maxStepFraction: 0}
+"#;
+
+/// A Deployment's spec with its containers' resources taken out, for "nothing else changed".
+fn without_resources(d: &k8s_openapi::api::apps::v1::Deployment) -> serde_json::Value {
+    let mut spec = serde_json::to_value(d.spec.as_ref().expect("spec")).expect("JSON");
+    for c in spec["template"]["spec"]["containers"]
+        .as_array_mut()
+        .expect("containers")
+    {
+        c.as_object_mut().expect("container").remove("resources");
+    }
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_rolling_restart_mode_the_pod_template_gets_the_requests_and_the_deployment_rolls_its_pods()
+ {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let _serial = SERIAL.lock().await;
+    let (cp, prometheus) = cluster().await;
+    cp.apply_yaml(ROLLING_RESTART).await;
+    let deployments: Api<Deployment> = Api::namespaced(cp.client.clone(), "default");
+    let before = deployments.get("web").await.expect("web");
+    let api_before = deployments.get("api").await.expect("api");
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let old_uids: Vec<Option<String>> = list(&pods)
+        .await
+        .iter()
+        .filter(|p| p.name_any().starts_with("web-"))
+        .map(|p| p.uid())
+        .collect();
+    let flags = agent_flags(&prometheus, "3s");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
+        let r = recommendation(&cp, "default", "deployment-web").await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(r)
+    })
+    .await;
+    let target: BTreeMap<String, String> = web.status.as_ref().expect("status").containers[0]
+        .recommended
+        .requests
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    let requests = |d: &Deployment| -> BTreeMap<String, String> {
+        d.spec
+            .as_ref()
+            .expect("spec")
+            .template
+            .spec
+            .as_ref()
+            .expect("pod spec")
+            .containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+            .unwrap_or_default()
+    };
+    assert_ne!(requests(&before), target, "a change to make");
+    // The template gets the recommendation, applied by Tailor's field manager.
+    let after = eventually(
+        Duration::from_secs(60),
+        "web's template requests",
+        || async {
+            let d = deployments.get("web").await.ok()?;
+            (requests(&d) == target).then_some(d)
+        },
+    )
+    .await;
+    assert_eq!(
+        without_resources(&after),
+        without_resources(&before),
+        "nothing but the requests changed"
+    );
+    let managers: Vec<String> = after
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some("tailor"))
+        .map(|m| serde_json::to_string(&m.fields_v1).expect("JSON"))
+        .collect();
+    assert_eq!(managers.len(), 1, "{:?}", after.metadata.managed_fields);
+    for owned in ["f:requests", "f:cpu", "f:memory"] {
+        assert!(managers[0].contains(owned), "{}", managers[0]);
+    }
+    for not_owned in ["f:image", "f:replicas", "f:selector", "f:labels"] {
+        assert!(!managers[0].contains(not_owned), "{}", managers[0]);
+    }
+    // The Deployment rolls: new web pods with the new requests replace the old ones.
+    eventually(Duration::from_secs(90), "web's pods rolled", || async {
+        let now = list(&pods).await;
+        let webs: Vec<&Pod> = now
+            .iter()
+            .filter(|p| p.name_any().starts_with("web-"))
+            .collect();
+        (webs.len() == 2
+            && webs.iter().all(|p| {
+                !old_uids.contains(&p.uid())
+                    && pod_resources(p).0 == target
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            }))
+        .then_some(())
+    })
+    .await;
+    // api is in recommend mode: its template is as it was.
+    let api_after = deployments.get("api").await.expect("api");
+    assert_eq!(requests(&api_after), requests(&api_before));
+    assert_eq!(
+        api_after.metadata.generation,
+        api_before.metadata.generation
+    );
+    let metrics = agent.metrics().await;
+    assert!(
+        metric(&metrics, "tailor_recommendations_applied_total") >= 1.0,
+        "{metrics}"
+    );
+}

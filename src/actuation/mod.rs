@@ -8,9 +8,13 @@
 //! recommendation leaves as they are (an HPA scales on them, or the policy does not manage
 //! them) are not touched. Limits follow the recommendation (its limit policy).
 //!
+//! A pod the node cannot resize falls back to eviction under the rules of [`eviction`].
+//!
 //! The maximum step (`maxStepFraction`) is applied here, against each pod's own requests:
 //! a change moves a pod at most that far, and the next round moves it further. The
 //! recommendation reported keeps the whole target.
+
+pub mod eviction;
 
 use std::collections::BTreeMap;
 
@@ -199,6 +203,71 @@ pub fn resizes<'a>(
     out
 }
 
+/// The workload kinds whose pod template `RollingRestart` patches (their controllers roll
+/// the pods when the template changes), with their API version.
+pub fn rollable(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Deployment" | "StatefulSet" | "DaemonSet" => Some("apps/v1"),
+        _ => None,
+    }
+}
+
+/// `RollingRestart`: the server-side-apply body that moves a workload's pod template
+/// towards `targets`, or `None` when no container moves by the hysteresis. The body holds
+/// only the resource fields: for every container with a target, its `cpu` and `memory`
+/// requests and the limits it has, changed or not, so the set of fields Tailor owns stays
+/// the same from one apply to the next (a field left out of an apply would be removed).
+/// `None` too for a kind without a pod template controller ([`rollable`]).
+pub fn template_apply(
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    template: &k8s_openapi::api::core::v1::PodSpec,
+    targets: &BTreeMap<String, ContainerRecommendation>,
+    rules: Rules,
+) -> Option<serde_json::Value> {
+    let api_version = rollable(kind)?;
+    let mut changed = false;
+    let mut containers = Vec::new();
+    for c in &template.containers {
+        let Some(recommendation) = targets.get(&c.name) else {
+            continue;
+        };
+        let current = crate::rightsizing::service::current_requests(c);
+        let target = next_step(current, recommendation, rules.max_step);
+        let resize = container_resize(c, &target, rules.min_change);
+        changed |= resize.is_some();
+        let resize = resize.unwrap_or(ContainerResize {
+            name: c.name.clone(),
+            requests: BTreeMap::new(),
+            limits: BTreeMap::new(),
+        });
+        let res = c.resources.as_ref();
+        let mut requests = res.and_then(|r| r.requests.clone()).unwrap_or_default();
+        let mut limits = res.and_then(|r| r.limits.clone()).unwrap_or_default();
+        requests.retain(|k, _| k == "cpu" || k == "memory");
+        limits.retain(|k, _| k == "cpu" || k == "memory");
+        requests.extend(resize.requests);
+        limits.extend(resize.limits);
+        let mut resources = serde_json::Map::new();
+        if !requests.is_empty() {
+            resources.insert("requests".to_string(), serde_json::json!(requests));
+        }
+        if !limits.is_empty() {
+            resources.insert("limits".to_string(), serde_json::json!(limits));
+        }
+        containers.push(serde_json::json!({"name": c.name, "resources": resources}));
+    }
+    changed.then(|| {
+        serde_json::json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"template": {"spec": {"containers": containers}}},
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +377,84 @@ mod tests {
         let plan = resizes([&resized], &targets, stepped);
         assert_eq!(plan[0].containers[0].requests["cpu"].0, "250m");
         assert_eq!(plan[0].containers[0].requests["memory"].0, "256Mi");
+    }
+
+    fn template(cpu: &str, memory: &str) -> k8s_openapi::api::core::v1::PodSpec {
+        serde_yaml::from_str(&format!(
+            "containers:\n- name: app\n  image: registry.example/web:1\n  resources: {{requests: {{cpu: '{cpu}', memory: {memory}}}, limits: {{memory: {memory}}}}}\n- name: sidecar\n  image: registry.example/proxy:1\n"
+        ))
+        .expect("pod spec")
+    }
+
+    #[test]
+    fn a_rolling_restart_applies_only_the_resource_fields_of_the_template() {
+        let body = template_apply(
+            "Deployment",
+            "shop",
+            "web",
+            &template("1", "1Gi"),
+            &target(400, 512 << 20),
+            FREE,
+        )
+        .expect("a change");
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"template": {"spec": {"containers": [{
+                    "name": "app",
+                    "resources": {
+                        "requests": {"cpu": "400m", "memory": "512Mi"},
+                        "limits": {"memory": "512Mi"}
+                    }
+                }]}}}
+            })
+        );
+    }
+
+    #[test]
+    fn a_rolling_restart_keeps_the_fields_it_owns_when_only_one_request_moves() {
+        // Memory is within the hysteresis: it is applied at its current value, not dropped.
+        let body = template_apply(
+            "StatefulSet",
+            "shop",
+            "db",
+            &template("1", "1Gi"),
+            &target(400, 1 << 30),
+            FREE,
+        )
+        .expect("a change");
+        let resources = &body["spec"]["template"]["spec"]["containers"][0]["resources"];
+        assert_eq!(resources["requests"]["cpu"], "400m");
+        assert_eq!(resources["requests"]["memory"], "1Gi");
+        assert_eq!(resources["limits"]["memory"], "1Gi");
+    }
+
+    #[test]
+    fn a_template_at_its_target_or_of_a_kind_without_rollout_is_not_patched() {
+        assert!(
+            template_apply(
+                "Deployment",
+                "shop",
+                "web",
+                &template("1", "1Gi"),
+                &target(950, 1 << 30),
+                FREE
+            )
+            .is_none()
+        );
+        assert!(
+            template_apply(
+                "Job",
+                "shop",
+                "once",
+                &template("1", "1Gi"),
+                &target(400, 512 << 20),
+                FREE
+            )
+            .is_none()
+        );
     }
 }

@@ -4,6 +4,11 @@
 //! Policies are namespaced and govern workloads in their own namespace. The policy named
 //! [`DEFAULT_POLICY_NAME`] (`default`) in the agent's own namespace is the cluster-wide default: it
 //! governs every workload that no policy of its own namespace selects.
+//!
+//! When several policies of a namespace select one workload, the most specific governs it:
+//! a policy naming it in `targetRefs`, then one whose `selector` matches it, then one with
+//! neither; among equals the first by name. The others get the `Overlapping` condition,
+//! naming the workloads (up to [`OVERLAPPING_LISTED`]) and the policy that governs each.
 
 use jiff::SignedDuration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -18,10 +23,15 @@ use crate::apis::duration::{DURATION_PATTERN, parse_duration};
 /// Name of the cluster-wide default policy, looked up in the agent's own namespace.
 pub const DEFAULT_POLICY_NAME: &str = "default";
 
+/// Workloads an `Overlapping` condition names; the message counts the rest.
+pub const OVERLAPPING_LISTED: usize = 5;
+
 /// Condition types of a RightsizingPolicy.
 pub mod condition {
     /// The policy is valid and in use.
     pub const READY: &str = "Ready";
+    /// Another policy wins some of the workloads this one selects (the message names them).
+    pub const OVERLAPPING: &str = "Overlapping";
 }
 
 /// Condition reasons Tailor writes on RightsizingPolicies.
@@ -32,6 +42,8 @@ pub mod reason {
     pub const INVALID: &str = "Invalid";
     /// Another policy in the namespace also selects some of this policy's workloads.
     pub const OVERLAPPING: &str = "Overlapping";
+    /// No other policy wins a workload this one selects.
+    pub const EXCLUSIVE: &str = "Exclusive";
 }
 
 /// Whether Tailor only recommends or also applies.
@@ -159,6 +171,9 @@ fn default_half_life() -> String {
 }
 fn default_max_step() -> f64 {
     0.5
+}
+fn default_min_replicas() -> i32 {
+    1
 }
 fn default_min_change() -> f64 {
     0.1
@@ -310,6 +325,15 @@ pub struct UpdatePolicy {
     #[serde(default = "default_min_change")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub min_change_fraction: f64,
+    /// `InPlace` falls back to evicting a pod whose resize the node cannot make
+    /// (`Infeasible`, `Deferred` for more than 5 minutes, or refused); it evicts only while
+    /// at least this many of the workload's pods stay available (running, ready, not
+    /// terminating) besides the evicted ones, and only when the pod's PodDisruptionBudget
+    /// allows. The default 1 never evicts the only pod of a single-replica workload; 0
+    /// allows it.
+    #[serde(default = "default_min_replicas")]
+    #[schemars(range(min = 0))]
+    pub min_replicas: i32,
 }
 
 impl Default for UpdatePolicy {
@@ -318,6 +342,7 @@ impl Default for UpdatePolicy {
             mode: UpdateMode::default(),
             max_step_fraction: default_max_step(),
             min_change_fraction: default_min_change(),
+            min_replicas: default_min_replicas(),
         }
     }
 }
@@ -338,7 +363,7 @@ impl Default for UpdatePolicy {
     derive = "PartialEq",
     shortname = "rsp",
     category = "tailor",
-    doc = "Which workloads of its namespace Tailor right-sizes, how requests are computed from usage history, and whether and how they are applied. The policy named 'default' in the agent's namespace is the cluster-wide default for workloads no policy of their own namespace selects.",
+    doc = "Which workloads of its namespace Tailor right-sizes, how requests are computed from usage history, and whether and how they are applied. The policy named 'default' in the agent's namespace is the cluster-wide default for workloads no policy of their own namespace selects. When several policies select a workload, one naming it in targetRefs governs it, then one whose selector matches, then one with neither, equals by name; the others get the Overlapping condition.",
     printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
     printcolumn(name = "Update", type_ = "string", json_path = ".spec.update.mode"),
     printcolumn(name = "Workloads", type_ = "integer", json_path = ".status.workloads"),
@@ -490,6 +515,7 @@ mod tests {
         assert_eq!(spec.update.mode, UpdateMode::InPlace);
         assert_eq!(spec.update.max_step_fraction, 0.5);
         assert_eq!(spec.update.min_change_fraction, 0.1);
+        assert_eq!(spec.update.min_replicas, 1);
         assert_eq!(spec.limits, LimitsPolicy::KeepRatio);
         assert_eq!(spec.hpa, HpaPolicy::Skip);
         assert_eq!(spec.oom_bump_fraction, 0.2);

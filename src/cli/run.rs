@@ -362,6 +362,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         prometheus,
         rightsizing_interval,
         namespace: namespace.clone(),
+        webhook: webhook_address.is_some(),
         ..Settings::default()
     };
     let writer = Writer::new(write_client, leader.clone(), &identity);

@@ -73,6 +73,9 @@ pub struct Settings {
     pub usage_stale_after: i64,
     /// The agent's namespace, where the cluster-wide default RightsizingPolicy lives.
     pub namespace: String,
+    /// Whether the admission webhook serves (`--webhook-address`): only then do pods
+    /// evicted because they cannot be resized in place come back with the new requests.
+    pub webhook: bool,
 }
 
 /// How often right-sizing runs unless told otherwise.
@@ -96,6 +99,7 @@ impl Default for Settings {
             rightsizing_interval: DEFAULT_RIGHTSIZING_INTERVAL,
             usage_stale_after: DEFAULT_USAGE_STALE_AFTER,
             namespace: "default".to_string(),
+            webhook: false,
         }
     }
 }

@@ -16,14 +16,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use kube::runtime::events::EventType;
 
 use super::Context;
+use super::writes::WriteError;
+use crate::actuation::eviction::{self, Stuck, Wait};
 use crate::apis::recommendation::{HOURS_PER_MONTH, condition, reason};
-use crate::apis::rightsizingpolicy::{condition as policy_condition, reason as policy_reason};
+use crate::apis::rightsizingpolicy::{
+    OVERLAPPING_LISTED, condition as policy_condition, reason as policy_reason,
+};
 use crate::apis::{
     ContainerRecommendation, ContainerResources, Mode, Recommendation, RecommendationSpec,
     RecommendationStatus, RecommendationSummary, ResourceList, RightsizingPolicyStatus,
@@ -38,7 +43,7 @@ use crate::rightsizing::service::{
     Resume, recommend_workloads, workload_labels,
 };
 use crate::state::Snapshot;
-use crate::telemetry::names::{Controller, RecommendationState};
+use crate::telemetry::names::{Controller, EvictionWait, RecommendationState, StuckResize};
 use crate::usage::pool::Checkpoint;
 use crate::usage::prometheus::PrometheusSource;
 use crate::usage::workloads::{Workload, Workloads};
@@ -52,6 +57,20 @@ pub mod event_reason {
     pub const USAGE_STALE: &str = "UsageStale";
     /// Usage is read again after being stale.
     pub const USAGE_FRESH: &str = "UsageFresh";
+    /// A pod that could not be resized in place was evicted, to come back with the
+    /// recommended requests.
+    pub const EVICTED: &str = "EvictedToResize";
+    /// Pods that could not be resized in place are not evicted: their PodDisruptionBudget
+    /// allows no disruption now.
+    pub const BLOCKED_BY_BUDGET: &str = "EvictionBlockedByBudget";
+    /// Pods that could not be resized in place are not evicted: fewer than
+    /// `update.minReplicas` would stay available.
+    pub const BLOCKED_BY_MIN_REPLICAS: &str = "EvictionBlockedByMinReplicas";
+    /// Pods that could not be resized in place are not evicted: no webhook would give their
+    /// replacements the new requests.
+    pub const BLOCKED_WITHOUT_WEBHOOK: &str = "EvictionBlockedWithoutWebhook";
+    /// `RollingRestart`: the workload's pod template got the recommended requests.
+    pub const TEMPLATE_APPLIED: &str = "TemplateRequestsApplied";
 }
 
 /// Runs right-sizing until aborted; does nothing without `--prometheus-url`.
@@ -104,6 +123,9 @@ struct Term {
     checkpoints: BTreeMap<Workload, Checkpoint>,
     /// Recommendations whose metadata and spec were applied this term.
     applied: BTreeSet<(String, String)>,
+    /// Pods (namespace, name) whose resize call the API server refused, with its message;
+    /// cleared when a resize is accepted or the pod is evicted or gone.
+    refused: BTreeMap<(String, String), String>,
 }
 
 /// Why a round failed.
@@ -594,6 +616,7 @@ async fn write_recommendations<C: CloudProvider>(
     }
     let mut written = 0;
     let (mut actionable, mut stale, mut containers) = (0, 0, 0);
+    let mut waiting: BTreeMap<EvictionWait, usize> = BTreeMap::new();
     for (w, checkpoint) in &outcome.checkpoints {
         let Some(owner) = owner_of(snapshot, w) else {
             continue;
@@ -672,7 +695,22 @@ async fn write_recommendations<C: CloudProvider>(
                 .first()
                 .is_some_and(|c| c.update == UpdateMode::InPlace)
         {
-            resize_in_place(ctx, snapshot, workloads, w, &list).await;
+            let reference = super::reference(&object);
+            let mut round = Actuation {
+                reference: &reference,
+                term: &mut *term,
+                waiting: &mut waiting,
+                now: now.as_second(),
+            };
+            resize_in_place(ctx, snapshot, workloads, w, &list, &mut round).await;
+        }
+        if act
+            && mode == Mode::Auto
+            && list
+                .first()
+                .is_some_and(|c| c.update == UpdateMode::RollingRestart)
+        {
+            roll(ctx, workloads, w, &list, &super::reference(&object)).await;
         }
         if is_stale != was_stale {
             let reference = super::reference(&object);
@@ -696,6 +734,13 @@ async fn write_recommendations<C: CloudProvider>(
                 .await;
         }
     }
+    // Refusals of pods that are gone are forgotten.
+    term.refused.retain(|(ns, name), _| {
+        snapshot.pods.iter().any(|p| {
+            p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(name)
+        })
+    });
+    ctx.metrics.set_rightsizing_evictions_waiting(&waiting);
     ctx.metrics.set_rightsizing_containers(containers);
     ctx.metrics
         .set_recommendations(RecommendationState::Actionable, actionable);
@@ -704,14 +749,43 @@ async fn write_recommendations<C: CloudProvider>(
     Ok(written)
 }
 
+/// What one workload's actuation reads and records beyond the cluster.
+struct Actuation<'a> {
+    /// The workload's Recommendation, where Events about its pods go.
+    reference: &'a ObjectReference,
+    term: &'a mut Term,
+    /// Pods waiting to be evicted this round, by what holds them.
+    waiting: &'a mut BTreeMap<EvictionWait, usize>,
+    /// Unix seconds.
+    now: i64,
+}
+
+fn stuck_label(s: &Stuck) -> StuckResize {
+    match s {
+        Stuck::Infeasible(_) => StuckResize::Infeasible,
+        Stuck::Deferred(_) => StuckResize::Deferred,
+        Stuck::Refused(_) => StuckResize::Refused,
+    }
+}
+
+fn wait_label(w: &Wait) -> EvictionWait {
+    match w {
+        Wait::MinReplicas { .. } => EvictionWait::MinReplicas,
+        Wait::NoWebhook => EvictionWait::NoWebhook,
+    }
+}
+
 /// Auto mode, `InPlace`: resizes the workload's running pods to the recommendation through
-/// the pod `resize` subresource, leaving changes within the hysteresis alone.
+/// the pod `resize` subresource, leaving changes within the hysteresis alone; then evicts
+/// the pods the node cannot resize, as [`crate::actuation::eviction`] decides, and says on
+/// the Recommendation why the others wait.
 async fn resize_in_place<C: CloudProvider>(
     ctx: &Context<C>,
     snapshot: &Snapshot,
     workloads: &Workloads,
     w: &Workload,
     containers: &[&ContainerOutcome],
+    round: &mut Actuation<'_>,
 ) {
     let targets: BTreeMap<String, crate::rightsizing::ContainerRecommendation> = containers
         .iter()
@@ -723,24 +797,188 @@ async fn resize_in_place<C: CloudProvider>(
         min_change: containers.first().map_or(0.1, |c| c.min_change),
         max_step: containers.first().map_or(0.5, |c| c.max_step),
     };
-    let pods = snapshot.pods.iter().map(|p| &**p).filter(|p| {
-        workloads
-            .of_pod(
-                p.metadata.namespace.as_deref().unwrap_or("default"),
-                p.metadata.name.as_deref().unwrap_or_default(),
-            )
-            .as_ref()
-            == Some(w)
-    });
-    for resize in crate::actuation::resizes(pods, &targets, rules) {
+    let min_replicas = containers.first().map_or(1, |c| c.min_replicas);
+    let pods: Vec<&Pod> = snapshot
+        .pods
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| {
+            workloads
+                .of_pod(
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                )
+                .as_ref()
+                == Some(w)
+        })
+        .collect();
+    for resize in crate::actuation::resizes(pods.iter().copied(), &targets, rules) {
+        let key = (resize.namespace.clone(), resize.pod.clone());
         match ctx.writer.resize_pod(&resize).await {
             Ok(()) => {
+                round.term.refused.remove(&key);
                 ctx.metrics.recommendation_applied(&resize.namespace);
                 tracing::info!(pod = %format!("{}/{}", resize.namespace, resize.pod), "resized in place");
             }
+            Err(WriteError::NotLeader { .. }) => return,
             Err(e) => {
-                tracing::warn!(pod = %format!("{}/{}", resize.namespace, resize.pod), error = %e, "in-place resize refused")
+                tracing::warn!(pod = %format!("{}/{}", resize.namespace, resize.pod), error = %e, "in-place resize refused");
+                round.term.refused.insert(key, e.to_string());
             }
+        }
+    }
+    let refused: BTreeMap<String, String> = round
+        .term
+        .refused
+        .iter()
+        .filter(|((ns, _), _)| *ns == w.namespace)
+        .map(|((_, name), why)| (name.clone(), why.clone()))
+        .collect();
+    let plan = eviction::plan(
+        pods.iter().copied(),
+        &refused,
+        min_replicas,
+        ctx.settings.webhook,
+        round.now,
+    );
+    // One Event per outcome and round (the recorder folds repeats of a reason into a
+    // series, so each reason says one thing), naming the pods.
+    let mut notes: BTreeMap<EvictionWait, Vec<String>> = BTreeMap::new();
+    let mut evicted: Vec<String> = Vec::new();
+    for (name, why, wait) in &plan.waiting {
+        notes
+            .entry(wait_label(wait))
+            .or_default()
+            .push(format!("{name} ({why}; {wait})"));
+    }
+    for (name, why) in &plan.evict {
+        let Some(pod) = pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+        else {
+            continue;
+        };
+        match ctx.writer.evict(pod).await {
+            Ok(()) => {
+                round
+                    .term
+                    .refused
+                    .remove(&(w.namespace.clone(), name.clone()));
+                ctx.metrics.rightsizing_eviction(stuck_label(why));
+                tracing::info!(pod = %format!("{}/{name}", w.namespace), why = %why, "evicted: it could not be resized in place");
+                evicted.push(format!("{name} ({why})"));
+            }
+            // The PodDisruptionBudget allows no disruption now: the next round tries again.
+            Err(WriteError::EvictionRefused { message, .. }) => {
+                notes.entry(EvictionWait::Pdb).or_default().push(format!(
+                    "{name} ({why}; its PodDisruptionBudget allows no disruption now: \
+                     {message}; tried again next round)"
+                ));
+            }
+            Err(WriteError::NotLeader { .. }) => return,
+            Err(e) => {
+                tracing::warn!(pod = %format!("{}/{name}", w.namespace), error = %e, "eviction failed");
+            }
+        }
+    }
+    const LISTED: usize = 5;
+    let listed = |pods: &[String]| {
+        let mut text = pods
+            .iter()
+            .take(LISTED)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if pods.len() > LISTED {
+            text.push_str(&format!(" and {} more", pods.len() - LISTED));
+        }
+        text
+    };
+    if !evicted.is_empty() {
+        let note = format!(
+            "evicted {} pod(s) that could not be resized in place: {}; their replacements get \
+             the recommended requests at creation",
+            evicted.len(),
+            listed(&evicted)
+        );
+        ctx.writer
+            .event(
+                round.reference,
+                EventType::Normal,
+                event_reason::EVICTED,
+                "Evict",
+                note,
+            )
+            .await;
+    }
+    for (wait, pods) in notes {
+        *round.waiting.entry(wait).or_default() += pods.len();
+        let reason = match wait {
+            EvictionWait::Pdb => event_reason::BLOCKED_BY_BUDGET,
+            EvictionWait::MinReplicas => event_reason::BLOCKED_BY_MIN_REPLICAS,
+            EvictionWait::NoWebhook => event_reason::BLOCKED_WITHOUT_WEBHOOK,
+        };
+        let note = format!(
+            "{} pod(s) could not be resized in place and are not evicted: {}",
+            pods.len(),
+            listed(&pods)
+        );
+        ctx.writer
+            .event(round.reference, EventType::Warning, reason, "Evict", note)
+            .await;
+    }
+}
+
+/// Auto mode, `RollingRestart`: applies the recommendation to the workload's pod template
+/// (only its resource fields), so the workload's controller rolls the pods; they get the
+/// same values from the webhook, when it serves, as they are created.
+async fn roll<C: CloudProvider>(
+    ctx: &Context<C>,
+    workloads: &Workloads,
+    w: &Workload,
+    containers: &[&ContainerOutcome],
+    reference: &ObjectReference,
+) {
+    let Some(template) = workloads.templates.get(w) else {
+        return;
+    };
+    let targets: BTreeMap<String, crate::rightsizing::ContainerRecommendation> = containers
+        .iter()
+        .map(|c| (c.container.clone(), c.recommendation.clone()))
+        .collect();
+    let rules = crate::actuation::Rules {
+        min_change: containers.first().map_or(0.1, |c| c.min_change),
+        max_step: containers.first().map_or(0.5, |c| c.max_step),
+    };
+    if crate::actuation::rollable(&w.kind).is_none() {
+        tracing::debug!(workload = %format!("{}/{}/{}", w.namespace, w.kind, w.name), "RollingRestart: the kind has no rolling pod template; the webhook applies at creation");
+        return;
+    }
+    let Some(body) =
+        crate::actuation::template_apply(&w.kind, &w.namespace, &w.name, template, &targets, rules)
+    else {
+        return;
+    };
+    match ctx.writer.apply_workload_template(&body).await {
+        Ok(()) => {
+            ctx.metrics.recommendation_applied(&w.namespace);
+            tracing::info!(workload = %format!("{}/{}/{}", w.namespace, w.kind, w.name), "pod template requests applied: the workload rolls its pods");
+            ctx.writer
+                .event(
+                    reference,
+                    EventType::Normal,
+                    event_reason::TEMPLATE_APPLIED,
+                    "Rightsizing",
+                    format!(
+                        "{} {}: pod template requests set to the recommendation; its pods roll",
+                        w.kind, w.name
+                    ),
+                )
+                .await;
+        }
+        Err(WriteError::NotLeader { .. }) => {}
+        Err(e) => {
+            tracing::warn!(workload = %format!("{}/{}/{}", w.namespace, w.kind, w.name), error = %e, "applying the pod template requests failed");
         }
     }
 }
@@ -751,6 +989,46 @@ fn governing_mode(policies: &Policies, labels: &Labels, w: &Workload) -> Mode {
         Governance::Governed { policy, .. } => policy.mode,
         Governance::Held { .. } => Mode::Recommend,
     }
+}
+
+/// A policy's `Overlapping` condition: true when other policies win some of the workloads
+/// it selects, naming them (a bounded list) and their winners.
+fn overlapping_condition(
+    previous: &[Condition],
+    lost: Option<&Vec<(Workload, PolicyRef)>>,
+    now: Timestamp,
+) -> Condition {
+    let Some(lost) = lost.filter(|l| !l.is_empty()) else {
+        return condition_of(
+            previous,
+            policy_condition::OVERLAPPING,
+            false,
+            policy_reason::EXCLUSIVE,
+            "no other policy governs a workload this policy selects".to_string(),
+            now,
+        );
+    };
+    let mut named: Vec<String> = lost
+        .iter()
+        .take(OVERLAPPING_LISTED)
+        .map(|(w, winner)| format!("{}/{} (governed by {})", w.kind, w.name, winner.name))
+        .collect();
+    if lost.len() > OVERLAPPING_LISTED {
+        named.push(format!("and {} more", lost.len() - OVERLAPPING_LISTED));
+    }
+    condition_of(
+        previous,
+        policy_condition::OVERLAPPING,
+        true,
+        policy_reason::OVERLAPPING,
+        format!(
+            "{} workload(s) this policy selects are governed by a more specific policy \
+             (targetRefs, then selector, then name order): {}",
+            lost.len(),
+            named.join(", ")
+        ),
+        now,
+    )
 }
 
 /// Writes each policy's Ready condition: Active, or Invalid naming the field and value.
@@ -772,6 +1050,12 @@ async fn write_policy_statuses<C: CloudProvider>(
             *counts.entry(p).or_default() += 1;
         }
     }
+    let overlapping = policies.overlapping(
+        workloads
+            .templates
+            .keys()
+            .map(|w| (w, labels.get(w).unwrap_or(&none))),
+    );
     for (p, problem) in policies.problems() {
         let Some(object) = snapshot.rightsizing_policies.iter().find(|o| {
             o.metadata.namespace.as_deref() == Some(p.namespace.as_str())
@@ -802,8 +1086,9 @@ async fn write_policy_statuses<C: CloudProvider>(
                 now,
             ),
         };
+        let overlap = overlapping_condition(&previous, overlapping.get(&p), now);
         let status = RightsizingPolicyStatus {
-            conditions: vec![ready],
+            conditions: vec![ready, overlap],
             observed_generation: object.metadata.generation,
             workloads: counts.get(&p).copied().unwrap_or(0),
         };

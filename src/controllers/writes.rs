@@ -533,6 +533,42 @@ impl Writer {
         }
     }
 
+    /// `RollingRestart`: applies (server-side, field manager `tailor`) the resource fields
+    /// of a workload's pod template, as [`crate::actuation::template_apply`] builds them;
+    /// the workload's controller then rolls its pods. Nothing else of the workload is
+    /// touched, and other managers keep the fields they own.
+    pub async fn apply_workload_template(&self, body: &serde_json::Value) -> Result<()> {
+        use kube::api::DynamicObject;
+        use kube::discovery::ApiResource;
+        let (kind, ns, name) = (
+            body["kind"].as_str().unwrap_or_default(),
+            body["metadata"]["namespace"].as_str().unwrap_or_default(),
+            body["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+        let what = || format!("apply the pod template requests of {kind} {ns}/{name}");
+        self.check(what)?;
+        let resource = ApiResource {
+            group: "apps".to_string(),
+            version: "v1".to_string(),
+            api_version: "apps/v1".to_string(),
+            kind: kind.to_string(),
+            plural: format!("{}s", kind.to_ascii_lowercase()),
+        };
+        let object: DynamicObject =
+            serde_json::from_value(body.clone()).map_err(|e| WriteError::Api {
+                what: what(),
+                source: kube::Error::SerdeError(e),
+            })?;
+        match Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &resource)
+            .patch(name, &Self::apply_params(), &Patch::Apply(&object))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(what())(e)),
+        }
+    }
+
     /// Deletes a pod outright (after a NodeClaim's termination grace period).
     pub async fn delete_pod(&self, pod: &Pod) -> Result<()> {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());

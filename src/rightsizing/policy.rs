@@ -59,6 +59,9 @@ pub struct Policy {
     pub max_step: f64,
     /// Changes smaller than this fraction of the current request are not made.
     pub min_change: f64,
+    /// Pods of the workload that must stay available when one is evicted because it
+    /// cannot be resized in place.
+    pub min_replicas: i32,
     /// What happens to limits.
     pub limits: LimitsPolicy,
     /// Whether resources an HPA scales on may be resized.
@@ -93,6 +96,7 @@ impl Default for Policy {
             half_life: 86_400,
             max_step: 0.5,
             min_change: 0.1,
+            min_replicas: 1,
             limits: LimitsPolicy::KeepRatio,
             hpa: HpaPolicy::Skip,
             oom_bump_fraction: 0.2,
@@ -201,6 +205,7 @@ impl Policy {
                 "spec.update.minChangeFraction",
                 spec.update.min_change_fraction,
             )?,
+            min_replicas: spec.update.min_replicas.max(0),
             limits: spec.limits,
             hpa: spec.hpa,
             oom_bump_fraction: spec.oom_bump_fraction.max(0.0),

@@ -9,6 +9,11 @@
 //! `default` in the agent's namespace), else the built-in defaults in the global mode. A
 //! workload whose policy cannot be used is held: no recommendation is made under it.
 //!
+//! When several policies of the namespace select a workload, the most specific wins: one
+//! naming it in `targetRefs`, then one whose label selector matches it, then one with
+//! neither; among equals the first by name. The others are told on their status
+//! ([`Policies::overlapping`], the `Overlapping` condition).
+//!
 //! Usage is read incrementally: a workload with a checkpoint reads only what came after it,
 //! one without reads its policy's whole history window.
 
@@ -186,16 +191,18 @@ impl Policies {
 
     /// The policy that governs `w`, whose labels are `labels`.
     pub fn govern(&self, w: &Workload, labels: &BTreeMap<String, String>) -> Governance {
-        // Policies whose selector parses decide first; one whose selector cannot parse
-        // then holds whatever of its namespace they leave.
-        if let Some(list) = self.namespaced.get(&w.namespace)
-            && let Some(c) = list
+        // Policies whose selector parses decide first, the most specific one winning; one
+        // whose selector cannot parse then holds whatever of its namespace they leave.
+        if let Some(list) = self.namespaced.get(&w.namespace) {
+            if let Some(c) = self.ranked(list, w, labels).into_iter().next() {
+                return c.governance();
+            }
+            if let Some(c) = list
                 .iter()
-                .filter(|c| c.selector.is_ok())
-                .chain(list.iter().filter(|c| c.selector.is_err()))
-                .find(|c| c.selects(w, labels))
-        {
-            return c.governance();
+                .find(|c| c.selector.is_err() && c.selects(w, labels))
+            {
+                return c.governance();
+            }
         }
         match &self.default {
             Some(c) if c.selector.as_ref().is_ok_and(Option::is_none) && c.targets.is_empty() => {
@@ -208,6 +215,60 @@ impl Policies {
                 policy: Box::new(self.fallback.clone()),
             },
         }
+    }
+
+    /// The policies of `w`'s namespace whose selector parses and that select `w`, the
+    /// winner first: a policy naming `w` in `targetRefs`, then one whose label selector
+    /// matches it, then one with neither (its whole namespace); equals by name.
+    fn ranked<'a>(
+        &self,
+        list: &'a [Candidate],
+        w: &Workload,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<&'a Candidate> {
+        let mut selecting: Vec<(u8, &Candidate)> = list
+            .iter()
+            .filter(|c| c.selector.is_ok() && c.selects(w, labels))
+            .map(|c| {
+                let named = c.targets.iter().any(|(k, n)| *k == w.kind && *n == w.name);
+                let rank = match (named, &c.selector) {
+                    (true, _) => 0,
+                    (false, Ok(Some(_))) => 1,
+                    _ => 2,
+                };
+                (rank, c)
+            })
+            .collect();
+        // `list` is in name order and the sort is stable.
+        selecting.sort_by_key(|(rank, _)| *rank);
+        selecting.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// Policies that select a workload another policy wins: per losing policy, the
+    /// workloads with the policy that governs each. Pure; `workloads` with their labels.
+    pub fn overlapping<'a>(
+        &self,
+        workloads: impl IntoIterator<Item = (&'a Workload, &'a BTreeMap<String, String>)>,
+    ) -> BTreeMap<PolicyRef, Vec<(Workload, PolicyRef)>> {
+        let mut out: BTreeMap<PolicyRef, Vec<(Workload, PolicyRef)>> = BTreeMap::new();
+        for (w, labels) in workloads {
+            let Some(list) = self.namespaced.get(&w.namespace) else {
+                continue;
+            };
+            let ranked = self.ranked(list, w, labels);
+            let Some((winner, losers)) = ranked.split_first() else {
+                continue;
+            };
+            for loser in losers {
+                out.entry(loser.reference.clone())
+                    .or_default()
+                    .push((w.clone(), winner.reference.clone()));
+            }
+        }
+        for list in out.values_mut() {
+            list.sort();
+        }
+        out
     }
 
     /// Every policy with what is wrong with it (`None`: usable), for status conditions.
@@ -278,6 +339,8 @@ pub struct ContainerOutcome {
     pub min_change: f64,
     /// Largest relative change one actuation round makes (0: no limit).
     pub max_step: f64,
+    /// Pods of the workload that stay available when one is evicted (`update.minReplicas`).
+    pub min_replicas: i32,
     /// The recommendation.
     pub recommendation: ContainerRecommendation,
     /// Hourly usage read this time (when asked for).
@@ -606,6 +669,7 @@ pub async fn recommend_workloads<S: UsageSource>(
                 update: policy.update,
                 min_change: policy.min_change,
                 max_step: policy.max_step,
+                min_replicas: policy.min_replicas,
                 recommendation,
                 hours: pooled.hours.clone(),
                 last_sample: pooled.history.last_sample(),
@@ -741,5 +805,95 @@ spec:
         assert!(problems["shop/web"].is_none());
         assert!(problems["shop/tight"].is_some());
         assert!(problems["batch/broken"].is_some());
+    }
+
+    const OVERLAPPING: &str = "
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: a-everything, namespace: shop}
+spec: {mode: Recommend}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: z-web, namespace: shop}
+spec: {selector: {matchLabels: {app: web}}, mode: Auto}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: y-web-too, namespace: shop}
+spec: {selector: {matchLabels: {app: web}}, mode: Recommend}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: x-checkout, namespace: shop}
+spec: {targetRefs: [{kind: Deployment, name: checkout}], mode: Auto}
+";
+
+    #[test]
+    fn the_most_specific_policy_wins_a_workload_then_the_first_by_name_and_the_others_overlap() {
+        let p = policies(OVERLAPPING, Mode::Recommend);
+        // Named beats selected beats the whole namespace, whatever the names.
+        assert_eq!(
+            source(&p.govern(&workload("shop", "checkout"), &labels("web"))),
+            "shop/x-checkout:Auto"
+        );
+        // Two selectors match: the first by name.
+        assert_eq!(
+            source(&p.govern(&workload("shop", "web"), &labels("web"))),
+            "shop/y-web-too:Recommend"
+        );
+        // Only the namespace-wide policy selects it.
+        assert_eq!(
+            source(&p.govern(&workload("shop", "search"), &labels("search"))),
+            "shop/a-everything:Recommend"
+        );
+        let (web, checkout, search) = (
+            workload("shop", "web"),
+            workload("shop", "checkout"),
+            workload("shop", "search"),
+        );
+        let (web_labels, search_labels) = (labels("web"), labels("search"));
+        let overlaps = p.overlapping([
+            (&web, &web_labels),
+            (&checkout, &web_labels),
+            (&search, &search_labels),
+        ]);
+        let text: BTreeMap<String, Vec<String>> = overlaps
+            .iter()
+            .map(|(loser, list)| {
+                (
+                    loser.to_string(),
+                    list.iter()
+                        .map(|(w, winner)| format!("{} to {winner}", w.name))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            text,
+            BTreeMap::from([
+                (
+                    "shop/a-everything".to_string(),
+                    vec![
+                        "checkout to shop/x-checkout".to_string(),
+                        "web to shop/y-web-too".to_string()
+                    ]
+                ),
+                (
+                    "shop/y-web-too".to_string(),
+                    vec!["checkout to shop/x-checkout".to_string()]
+                ),
+                (
+                    "shop/z-web".to_string(),
+                    vec![
+                        "checkout to shop/x-checkout".to_string(),
+                        "web to shop/y-web-too".to_string()
+                    ]
+                ),
+            ])
+        );
+        // A lone policy overlaps nothing.
+        let alone = policies(POLICIES, Mode::Auto);
+        assert!(alone.overlapping([(&web, &web_labels)]).is_empty());
     }
 }

@@ -19,9 +19,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::names::{
-    self, BlockedReason, CloudOperation, Controller, DropReason, MetricDef, MetricType,
-    PrometheusQuery, QueryError, RecommendationState, SavingsSource, Signal, Stage,
-    TerminationReason, Usage, WebhookOutcome, When,
+    self, BlockedReason, CloudOperation, Controller, DropReason, EvictionWait, MetricDef,
+    MetricType, PrometheusQuery, QueryError, RecommendationState, SavingsSource, Signal, Stage,
+    StuckResize, TerminationReason, Usage, WebhookOutcome, When,
 };
 
 type Labels = Vec<(&'static str, String)>;
@@ -584,6 +584,24 @@ impl Metrics {
     /// Counts `n` recommendations applied in `namespace` (0 starts its series).
     pub fn recommendation_applied_by(&self, namespace: &str, n: u64) {
         self.add(&names::RECOMMENDATIONS_APPLIED, &[namespace], n as f64);
+    }
+
+    /// Counts a pod evicted because it could not be resized in place.
+    pub fn rightsizing_eviction(&self, why: StuckResize) {
+        self.add(&names::RIGHTSIZING_EVICTIONS, &[why.as_str()], 1.0);
+    }
+
+    /// Sets how many pods wait to be evicted, by what holds them (every reason is set, so
+    /// a cleared one reads 0).
+    pub fn set_rightsizing_evictions_waiting(&self, waiting: &BTreeMap<EvictionWait, usize>) {
+        for reason in EvictionWait::ALL {
+            let n = waiting.get(reason).copied().unwrap_or(0);
+            self.set(
+                &names::RIGHTSIZING_EVICTIONS_WAITING,
+                &[reason.as_str()],
+                n as f64,
+            );
+        }
     }
 
     /// Sets a namespace's requests before right-sizing or now.

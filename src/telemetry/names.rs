@@ -426,6 +426,32 @@ vocabulary!(
 );
 
 vocabulary!(
+    /// Why a pod could not be resized in place (label `reason` of
+    /// [`RIGHTSIZING_EVICTIONS`]).
+    StuckResize {
+        /// The node can never hold the new resources (`PodResizePending` `Infeasible`).
+        Infeasible => "infeasible",
+        /// The resize was `Deferred` for more than 5 minutes.
+        Deferred => "deferred",
+        /// The API server refused the resize call.
+        Refused => "refused",
+    }
+);
+
+vocabulary!(
+    /// Why a pod that cannot be resized in place is not evicted yet (label `reason` of
+    /// [`RIGHTSIZING_EVICTIONS_WAITING`]).
+    EvictionWait {
+        /// Evicting would leave fewer than the policy's `update.minReplicas` available.
+        MinReplicas => "min_replicas",
+        /// The pod's PodDisruptionBudget allows no disruption now (HTTP 429).
+        Pdb => "pdb",
+        /// No admission webhook serves, so a replacement would not get the new requests.
+        NoWebhook => "no_webhook",
+    }
+);
+
+vocabulary!(
     /// What the admission webhook answered for a pod (label `outcome` of
     /// [`WEBHOOK_REQUESTS`]). Every answer allows the pod.
     WebhookOutcome {
@@ -708,6 +734,24 @@ metric!(
     "Recommendations applied to workloads"
 );
 metric!(
+    RIGHTSIZING_EVICTIONS,
+    Rightsizing,
+    "tailor_rightsizing_evictions",
+    Counter,
+    "pods",
+    [l::REASON],
+    "Pods evicted (Eviction API) because they could not be resized in place, by why"
+);
+metric!(
+    RIGHTSIZING_EVICTIONS_WAITING,
+    Rightsizing,
+    "tailor_rightsizing_evictions_waiting",
+    Gauge,
+    "pods",
+    [l::REASON],
+    "Pods that could not be resized in place and wait to be evicted, by what holds them (last round)"
+);
+metric!(
     NAMESPACE_CPU_REQUESTS,
     Rightsizing,
     "tailor_namespace_cpu_requests_cores",
@@ -891,6 +935,8 @@ pub const CATALOGUE: &[MetricDef] = &[
     RIGHTSIZING_CONTAINERS,
     RECOMMENDATIONS,
     RECOMMENDATIONS_APPLIED,
+    RIGHTSIZING_EVICTIONS,
+    RIGHTSIZING_EVICTIONS_WAITING,
     NAMESPACE_CPU_REQUESTS,
     NAMESPACE_MEMORY_REQUESTS,
     OOM_KILLS,
@@ -920,6 +966,12 @@ pub fn label_values(key: &str, metric: &str) -> Option<Vec<&'static str>> {
         l::STAGE => all(Stage::ALL, Stage::as_str),
         l::REASON if metric == DISRUPTION_BLOCKED.name => {
             all(BlockedReason::ALL, BlockedReason::as_str)
+        }
+        l::REASON if metric == RIGHTSIZING_EVICTIONS.name => {
+            all(StuckResize::ALL, StuckResize::as_str)
+        }
+        l::REASON if metric == RIGHTSIZING_EVICTIONS_WAITING.name => {
+            all(EvictionWait::ALL, EvictionWait::as_str)
         }
         l::REASON if metric == OTLP_DROPPED.name => all(DropReason::ALL, DropReason::as_str),
         l::REASON => all(TerminationReason::ALL, TerminationReason::as_str),
