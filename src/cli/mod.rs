@@ -6,6 +6,7 @@ pub mod crds;
 pub mod demo;
 pub mod recommend;
 mod recommend_html;
+pub mod report;
 pub mod run;
 pub mod simulate;
 
@@ -42,6 +43,10 @@ pub enum Command {
     /// Recommend right-sized requests for every workload container from its usage history
     /// in Prometheus, with the monthly cost effect. Changes nothing.
     Recommend(Box<recommend::RecommendArgs>),
+    /// Cost allocation and savings over a window from Prometheus history and node prices:
+    /// per namespace, workload or NodePool, requested vs used vs recommended, dollars
+    /// wasted and recoverable. Changes nothing.
+    Report(Box<report::ReportArgs>),
     /// Plan a cluster snapshot's pending pods: placements on existing nodes, the cheapest
     /// new nodes that fit the rest, and pods that cannot land with the reason. With
     /// `--disruption`, the nodes it would remove or replace now, with their savings.
@@ -107,6 +112,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Catalog(args) => catalog::run(args, out),
         Command::Simulate(args) => simulate::run(args, out),
         Command::Recommend(args) => recommend::run(*args, out),
+        Command::Report(args) => report::run(*args, out),
         Command::Demo(args) => demo::run(args, out),
         Command::Run(args) => run::run(*args, out),
         Command::MetricsReference => {

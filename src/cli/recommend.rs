@@ -404,7 +404,12 @@ pub struct Report {
 
 /// Parses a `--history` or `--step` value in seconds, refusing zero and values above
 /// `max` (named in the message as `max_text`).
-fn duration_seconds(flag: &'static str, text: &str, max: i64, max_text: &str) -> Result<i64> {
+pub(super) fn duration_seconds(
+    flag: &'static str,
+    text: &str,
+    max: i64,
+    max_text: &str,
+) -> Result<i64> {
     let invalid = |reason: String| CliError::InvalidFlag {
         flag,
         reason: format!("{text:?}: {reason}"),

@@ -402,6 +402,8 @@ vocabulary!(
         Memory => "memory",
         /// OOM kills (a range query).
         OomKills => "oom_kills",
+        /// The cost report's series: requests, owners, nodes and usage per step.
+        Report => "report",
     }
 );
 

@@ -1,5 +1,6 @@
 //! Reading usage history: the [`UsageSource`] trait and its Prometheus implementation.
 
+pub mod inventory;
 pub mod pool;
 pub mod prometheus;
 pub mod workloads;

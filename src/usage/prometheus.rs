@@ -295,7 +295,7 @@ struct ApiResponse<T> {
 }
 
 /// Labels of one series.
-type Labels = std::collections::HashMap<String, String>;
+pub type Labels = std::collections::HashMap<String, String>;
 
 /// How one request failed, why, and whether trying again can help.
 enum Failure {
@@ -745,6 +745,92 @@ impl PrometheusSource {
         };
         self.call(kind, "/api/v1/query_range", &form, &q.promql)
             .await
+    }
+
+    /// A range query of any PromQL (the cost report's series), each series with its labels
+    /// and its samples (unix seconds, value); samples that are not finite are left out.
+    pub async fn query_range(
+        &self,
+        promql: &str,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Vec<(Labels, Vec<(i64, f64)>)>, UsageError> {
+        if step <= 0 || end < start || (end - start) / step + 1 > MAX_POINTS_PER_SERIES {
+            return Err(settings_error(format!(
+                "a range query from {start} to {end} every {step}s is outside 1..={MAX_POINTS_PER_SERIES} \
+                 points per series: lengthen the step or shorten the window"
+            )));
+        }
+        let form = [
+            ("query", promql.to_string()),
+            ("start", start.to_string()),
+            ("end", end.to_string()),
+            ("step", step.to_string()),
+        ];
+        let data: Data = self
+            .call(
+                PrometheusQuery::Report,
+                "/api/v1/query_range",
+                &form,
+                promql,
+            )
+            .await?;
+        match data {
+            Data::Matrix(series) => Ok(series
+                .into_iter()
+                .map(|s| {
+                    let (labels, samples) = s.into_inner();
+                    let samples = samples
+                        .iter()
+                        .filter(|p| p.value().is_finite())
+                        .map(|p| (p.timestamp() as i64, p.value()))
+                        .collect();
+                    (labels, samples)
+                })
+                .collect()),
+            _ => Err(UsageError::Query {
+                url: self.settings.url.clone(),
+                query: promql.to_string(),
+                message: "expected a range vector".to_string(),
+            }),
+        }
+    }
+
+    /// An instant query of any PromQL at unix second `time`: each series' labels and
+    /// value (series whose value is not finite are left out).
+    pub async fn query_instant(
+        &self,
+        promql: &str,
+        time: i64,
+    ) -> Result<Vec<(Labels, f64)>, UsageError> {
+        let form = [("query", promql.to_string()), ("time", time.to_string())];
+        let data: Data = self
+            .call(PrometheusQuery::Report, "/api/v1/query", &form, promql)
+            .await?;
+        match data {
+            Data::Vector(series) => Ok(series
+                .into_iter()
+                .map(|s| s.into_inner())
+                .filter(|(_, v)| v.value().is_finite())
+                .map(|(labels, v)| (labels, v.value()))
+                .collect()),
+            _ => Err(UsageError::Query {
+                url: self.settings.url.clone(),
+                query: promql.to_string(),
+                message: "expected an instant vector".to_string(),
+            }),
+        }
+    }
+
+    /// The label names of the container series.
+    pub fn labels(&self) -> &LabelNames {
+        &self.settings.labels
+    }
+
+    /// The base URL, for messages.
+    pub fn url(&self) -> &str {
+        &self.settings.url
     }
 
     /// The container series (namespace, pod; one entry per container) with memory
