@@ -40,6 +40,8 @@ enum Set {
     Tuning,
     /// Seeds never used for tuning.
     HeldOut,
+    /// A second held-out set, from seeds first generated after the CPU sizing was chosen.
+    Fresh,
 }
 
 impl Set {
@@ -47,6 +49,7 @@ impl Set {
         match self {
             Set::Tuning => "tuning",
             Set::HeldOut => "held-out",
+            Set::Fresh => "held-out-2",
         }
     }
 
@@ -55,10 +58,14 @@ impl Set {
         let base = match self {
             Set::Tuning => 0,
             Set::HeldOut => 9_000_000,
+            Set::Fresh => 47_000_000,
         };
         base + 1000 * (shape as u64 + 1) + i
     }
 }
+
+/// Every set, in report order.
+const SETS: [Set; 3] = [Set::Tuning, Set::HeldOut, Set::Fresh];
 
 /// A generated container, split into what training sees and what is scored.
 struct Container {
@@ -77,23 +84,39 @@ type Table = BTreeMap<(Set, Shape, Algorithm), Score>;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
-    // Tuning aid, for the tuning set only: `--tailor-cpu P,MARGIN` trains Tailor with
-    // another CPU percentile and margin than its defaults.
-    let tailor_policy = args
-        .iter()
-        .position(|a| a == "--tailor-cpu")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            let (p, m) = v.split_once(',').expect("--tailor-cpu P,MARGIN");
-            let mut policy = Policy::default();
-            policy.cpu_percentiles.0 = p.parse().expect("a percentile");
-            policy.cpu_margin = m.parse().expect("a margin");
-            policy
-        });
+    // Tuning aids, for the tuning set only: `--tailor-cpu P,MARGIN` trains Tailor with
+    // another CPU percentile and margin than its defaults, `--starvation-weight W` with
+    // another starvation weight, `--memory-trend` with rising memory peaks projected;
+    // `--sweep` prints the trade-off over a grid of them on the tuning set and stops.
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let mut policy = Policy::default();
+    let mut tuned = false;
+    if let Some(v) = value("--tailor-cpu") {
+        let (p, m) = v.split_once(',').expect("--tailor-cpu P,MARGIN");
+        policy.cpu_percentiles.0 = p.parse().expect("a percentile");
+        policy.cpu_margin = m.parse().expect("a margin");
+        tuned = true;
+    }
+    if let Some(v) = value("--starvation-weight") {
+        policy.cpu_starvation_weight = v.parse().expect("a weight");
+        tuned = true;
+    }
+    if args.iter().any(|a| a == "--memory-trend") {
+        policy.memory_trend = true;
+        tuned = true;
+    }
+    let tailor_policy = tuned.then_some(policy);
     let train = |alg: Algorithm, seen: Samples<'_>, now: i64| match (&tailor_policy, alg) {
         (Some(policy), Algorithm::Tailor) => train_policy(policy, seen, now),
         _ => train(alg, seen, now),
     };
+    let sweep = args.iter().any(|a| a == "--sweep");
+    let in_memory_only = sweep || args.iter().any(|a| a == "--in-memory");
     let (per_set, days, step) = if full {
         (10u64, 14u32, 60i64)
     } else {
@@ -102,14 +125,19 @@ fn main() {
     let train_days = days / 2;
     let start = 1_790_000_000i64;
     let split = start + i64::from(train_days) * 86_400;
+    let sets: &[Set] = if sweep { &[Set::Tuning] } else { &SETS };
     let mut containers = Vec::new();
-    for set in [Set::Tuning, Set::HeldOut] {
+    for &set in sets {
         for shape in Shape::ALL {
             for i in 0..per_set {
                 let trace = generate(shape, set.seed(shape, i), start, days, step);
                 containers.push(split_trace(set, shape, i, trace, split));
             }
         }
+    }
+    if sweep {
+        sweep_tuning(&containers, split, step);
+        return;
     }
     let mut table = Table::new();
     for c in &containers {
@@ -132,6 +160,9 @@ fn main() {
         train_days + 1
     );
     report(&table);
+    if in_memory_only {
+        return;
+    }
 
     // The same, trained on what Prometheus returns.
     let om = openmetrics(&containers, split, step);
@@ -295,7 +326,7 @@ fn ratio(a: f64, b: f64) -> String {
 
 /// Prints, per set, the table per shape and overall, and the targets.
 fn report(table: &Table) {
-    for set in [Set::Tuning, Set::HeldOut] {
+    for set in SETS {
         println!(
             "\n-- {} set --\n{:<18} {:<7} {:>12} {:>12} {:>10} {:>10}   {:>9} {:>9}",
             set.name(),
@@ -308,6 +339,9 @@ fn report(table: &Table) {
             "cpu/vpa",
             "mem/vpa"
         );
+        if !table.keys().any(|k| k.0 == set) {
+            continue;
+        }
         let mut overall: BTreeMap<Algorithm, Score> = BTreeMap::new();
         for shape in Shape::ALL {
             let vpa = table
@@ -368,5 +402,77 @@ fn report(table: &Table) {
             100.0 * k.starvation(),
             verdict(t.starvation() <= k.starvation()),
         );
+    }
+}
+
+/// Tailor's overall figures on the tuning set over a grid of CPU starvation weights,
+/// percentile floors and margins, beside VPA's and KRR's: the trade-off curve the default
+/// weight was chosen from.
+fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
+    let mut baselines: BTreeMap<Algorithm, Score> = BTreeMap::new();
+    fn seen(c: &Container) -> Samples<'_> {
+        Samples {
+            cpu: &c.train.0,
+            memory: &c.train.1,
+            throttled: &c.train.2,
+            requests: c.trace.requests,
+        }
+    }
+    for c in containers {
+        for alg in [Algorithm::Vpa, Algorithm::Krr] {
+            let rec = train(alg, seen(c), split);
+            baselines
+                .entry(alg)
+                .or_default()
+                .add(&score(rec, observed(c), step));
+        }
+    }
+    let (vpa, krr) = (baselines[&Algorithm::Vpa], baselines[&Algorithm::Krr]);
+    println!(
+        "== tuning set sweep: VPA memory risk {:.3}%, KRR starvation {:.3}% ==",
+        100.0 * vpa.memory_risk(),
+        100.0 * krr.starvation()
+    );
+    println!(
+        "{:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9}",
+        "weight", "floor", "margin", "cpu/vpa", "mem/vpa", "mem risk", "starved"
+    );
+    for weight in [
+        0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0,
+    ] {
+        for floor in [0.0, 0.7] {
+            for margin in [0.0, 0.05, 0.1] {
+                let defaults = Policy::default();
+                let policy = Policy {
+                    cpu_starvation_weight: weight,
+                    cpu_percentiles: (
+                        floor,
+                        defaults.cpu_percentiles.1,
+                        defaults.cpu_percentiles.2,
+                    ),
+                    cpu_margin: margin,
+                    ..defaults
+                };
+                let mut total = Score::default();
+                for c in containers {
+                    let rec = train_policy(&policy, seen(c), split);
+                    total.add(&score(rec, observed(c), step));
+                }
+                println!(
+                    "{weight:>7.1} {floor:>6.2} {margin:>7.2} {:>8.3}x {:>8.3}x {:>8.3}% {:>8.3}%{}",
+                    total.waste_core_hours / vpa.waste_core_hours,
+                    total.waste_gib_hours / vpa.waste_gib_hours,
+                    100.0 * total.memory_risk(),
+                    100.0 * total.starvation(),
+                    if total.waste_core_hours <= 0.7 * vpa.waste_core_hours
+                        && total.starvation() <= krr.starvation()
+                    {
+                        "  both CPU targets"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
     }
 }

@@ -261,6 +261,71 @@ impl DecayingHistogram {
         Some(self.buckets.upper(self.buckets.count - 1))
     }
 
+    /// The decayed share (0..=1) of samples in buckets whose upper edge is at most
+    /// `level`; 0 when empty.
+    pub fn share_at_or_below(&self, level: f64) -> f64 {
+        if self.is_empty() {
+            return 0.0;
+        }
+        let below: f64 = self
+            .weights
+            .iter()
+            .enumerate()
+            .take_while(|(i, _)| self.buckets.upper(*i) <= level * (1.0 + 1e-12))
+            .map(|(_, w)| w)
+            .sum();
+        (below / self.total).min(1.0)
+    }
+
+    /// The level `r` (a bucket's upper edge) that minimises
+    /// `waste(r) / mean + starvation_weight * above(r)`: `waste(r)` is the decayed mean of
+    /// `(r - sample)+` (what a request of `r` reserves and the samples leave unused),
+    /// `above(r)` the decayed share of samples above `r`, and `mean` the samples' mean, so
+    /// the trade is the same for a 10m and a 10-core container. The optimum sits where
+    /// raising `r` by a little wastes as much as it saves in starved samples: high on a
+    /// smooth distribution whose top is dense (covering it costs little), low on a bursty
+    /// one whose rare bursts lie far above the body (covering them would reserve the gap
+    /// all day). Samples stand at their bucket's geometric centre. `None` when empty.
+    pub fn level_minimising_waste_and_starvation(&self, starvation_weight: f64) -> Option<f64> {
+        if self.is_empty() {
+            return None;
+        }
+        let centre = |i: usize| self.buckets.upper(i) / self.buckets.ratio.sqrt();
+        let mean = self
+            .weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| w * centre(i))
+            .sum::<f64>()
+            / self.total;
+        if mean <= 0.0 {
+            return None;
+        }
+        let mut below = 0.0;
+        let mut below_sum = 0.0;
+        let mut best: Option<(f64, f64)> = None;
+        for (i, w) in self.weights.iter().enumerate() {
+            below += w;
+            below_sum += w * centre(i);
+            if *w <= 0.0 {
+                // Only edges just above a sample are candidates: between samples the
+                // waste grows while the starvation stays.
+                continue;
+            }
+            let level = self.buckets.upper(i);
+            let waste = (level * below - below_sum) / self.total;
+            let above = ((self.total - below) / self.total).max(0.0);
+            let cost = waste / mean + starvation_weight * above;
+            if best.is_none_or(|(c, _)| cost < c) {
+                best = Some((cost, level));
+            }
+            if below >= self.total {
+                break;
+            }
+        }
+        best.map(|(_, level)| level)
+    }
+
     /// Merges another histogram with the same layout and half-life (e.g. two replicas of
     /// one container).
     pub fn merge(&mut self, other: &DecayingHistogram) {
@@ -394,5 +459,42 @@ mod tests {
         a.merge(&b);
         assert!(a.percentile(1.0).expect("not empty") >= 2.0);
         assert!(a.percentile(0.4).expect("not empty") < 1.1);
+    }
+
+    #[test]
+    fn the_waste_starvation_level_covers_a_dense_top_but_not_rare_far_bursts() {
+        // A daily sine between 0.1 and 1.0 core: the top of the cycle is where the samples
+        // crowd, so covering it costs little.
+        let mut smooth = DecayingHistogram::new(Buckets::CPU, DAY as f64, 0);
+        for m in 0..1440 {
+            let angle = 2.0 * std::f64::consts::PI * m as f64 / 1440.0;
+            smooth.add(0.55 + 0.45 * angle.sin(), 1.0, m * 60);
+        }
+        let p70 = smooth.percentile(0.7).expect("not empty");
+        let level = smooth
+            .level_minimising_waste_and_starvation(4.0)
+            .expect("not empty");
+        assert!(level >= 0.95, "{level} (p70 {p70})");
+        assert!(smooth.share_at_or_below(level) > 0.93);
+        // A weight of almost nothing buys no coverage: the level falls to the bottom.
+        let cheap = smooth
+            .level_minimising_waste_and_starvation(0.01)
+            .expect("not empty");
+        assert!(cheap < p70 / 2.0, "{cheap}");
+
+        // Idle at 50m with bursts to 2 cores 5% of the time: covering the bursts would
+        // reserve 40 times the idle level all day.
+        let mut bursty = DecayingHistogram::new(Buckets::CPU, DAY as f64, 0);
+        for m in 0..1440 {
+            bursty.add(if m % 20 == 0 { 2.0 } else { 0.05 }, 1.0, m * 60);
+        }
+        let level = bursty
+            .level_minimising_waste_and_starvation(4.0)
+            .expect("not empty");
+        assert!(level < 0.06, "{level}");
+        assert_eq!(
+            DecayingHistogram::new(Buckets::CPU, 1.0, 0).level_minimising_waste_and_starvation(4.0),
+            None
+        );
     }
 }

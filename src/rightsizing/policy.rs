@@ -6,6 +6,14 @@ use crate::model::quantity;
 /// Most recent days whose memory peaks a policy can ask to cover.
 pub const MAX_PEAK_DAYS: u32 = 14;
 
+/// The weight of a starved share of CPU samples against waste (relative to the mean use)
+/// when CPU is sized: the request is at least the level minimising
+/// `waste / mean + weight * starved share` over the decayed usage histogram
+/// (`DecayingHistogram::level_minimising_waste_and_starvation`). Chosen on the backtest's
+/// tuning seeds (`cargo bench --bench backtest -- --sweep`): the largest CPU waste saving
+/// against VPA's whose overall starvation stays within KRR's.
+pub const DEFAULT_CPU_STARVATION_WEIGHT: f64 = 1.5;
+
 /// Why a policy cannot be used, naming the field and value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rightsizing policy: {field}: {message}")]
@@ -37,6 +45,9 @@ pub struct Policy {
     /// The burst guard applies only when it raises the request at most this many times
     /// (0: always).
     pub cpu_burst_cap: f64,
+    /// How much a starved share of samples weighs against waste when CPU is sized (see
+    /// [`DEFAULT_CPU_STARVATION_WEIGHT`]); 0 sizes CPU by the percentile alone.
+    pub cpu_starvation_weight: f64,
     /// Project rising daily memory peaks a day ahead.
     pub memory_trend: bool,
     /// Memory covers at least the highest daily peak of this many recent days (0: off).
@@ -85,6 +96,7 @@ impl Default for Policy {
             memory_percentiles: (0.9, 0.5, 0.99),
             cpu_burst: Some((0.99, 2.0)),
             cpu_burst_cap: 2.0,
+            cpu_starvation_weight: DEFAULT_CPU_STARVATION_WEIGHT,
             memory_trend: false,
             memory_peak_days: 7,
             cpu_bounds: (None, None),
@@ -147,6 +159,7 @@ impl Policy {
             half_life: 86_400,
             cpu_burst: None,
             cpu_burst_cap: 0.0,
+            cpu_starvation_weight: 0.0,
             memory_trend: false,
             memory_peak_days: 0,
             ..Policy::default()
@@ -185,6 +198,7 @@ impl Policy {
                 .transpose()?
                 .map(|p| (p, spec.cpu.burst_headroom.max(1.0))),
             cpu_burst_cap: spec.cpu.burst_max_raise.max(0.0),
+            cpu_starvation_weight: DEFAULT_CPU_STARVATION_WEIGHT,
             memory_trend: spec.memory.trend,
             memory_peak_days: spec.memory.peak_days.min(MAX_PEAK_DAYS),
             cpu_bounds: (

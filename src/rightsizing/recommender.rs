@@ -508,7 +508,22 @@ pub fn recommend(
     // CPU.
     let cpu = if policy.cpu && !history.cpu.is_empty() {
         let (p, lo, hi) = policy.cpu_percentiles;
-        let body = history.cpu.percentile(p).unwrap_or(0.0);
+        let mut body = history.cpu.percentile(p).unwrap_or(0.0);
+        if policy.cpu_starvation_weight > 0.0
+            && let Some(level) = history
+                .cpu
+                .level_minimising_waste_and_starvation(policy.cpu_starvation_weight)
+            && level > body
+        {
+            // Where the usage's top is dense (smooth daily or weekly cycles), covering it
+            // costs little: the request rises to where more would only add waste.
+            reasons.push(format!(
+                "cpu covers the usage up to {} ({:.0}% of samples): above it, more would waste more than it spares",
+                format_milli((level * 1000.0).ceil() as i64),
+                100.0 * history.cpu.share_at_or_below(level)
+            ));
+            body = level;
+        }
         // Bursts: the request covers the burst percentile within the burst headroom.
         let burst = policy.cpu_burst.map_or(0.0, |(bp, headroom)| {
             history.cpu.percentile(bp).unwrap_or(0.0) / headroom
@@ -550,7 +565,7 @@ pub fn recommend(
             value,
             current.cpu,
             policy,
-            false,
+            Increase::Compressible,
             &mut reasons,
             format_milli,
         );
@@ -669,7 +684,11 @@ pub fn recommend(
             value,
             current.memory,
             policy,
-            oom_driven,
+            if oom_driven {
+                Increase::Urgent
+            } else {
+                Increase::Incompressible
+            },
             &mut reasons,
             format_value,
         );
@@ -740,6 +759,17 @@ pub fn recommend(
     }
 }
 
+/// How an increase of a request is treated by [`settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Increase {
+    /// CPU: a small increase is not made (hysteresis), a large one is stepped.
+    Compressible,
+    /// Memory: every increase is made; a large one is stepped.
+    Incompressible,
+    /// Memory after an OOM kill: made whole, not stepped.
+    Urgent,
+}
+
 /// Applies hysteresis against the current request. The maximum step is not applied here:
 /// it limits how far one change moves a running pod ([`next_step`]), never the target
 /// reported. When the target is further than the step, a reason says so.
@@ -748,7 +778,7 @@ fn settle(
     target: f64,
     current: Option<i64>,
     policy: &Policy,
-    urgent_increase: bool,
+    increase: Increase,
     reasons: &mut Vec<String>,
     show: impl Fn(i64) -> String,
 ) -> i64 {
@@ -757,7 +787,10 @@ fn settle(
         return target;
     };
     let change = (target - current) as f64 / current as f64;
-    if change.abs() < policy.min_change {
+    // Memory is not compressible: a request a little below the evidence is not kept for
+    // the sake of a small change, it is what an OOM kill (or reclaim) starts from.
+    let holdable = change <= 0.0 || increase == Increase::Compressible;
+    if change.abs() < policy.min_change && holdable {
         if target != current {
             reasons.push(format!(
                 "{what} within {:.0}% of the current request: unchanged",
@@ -766,7 +799,7 @@ fn settle(
         }
         return current;
     }
-    let held_back = !(urgent_increase && change > 0.0);
+    let held_back = !(increase == Increase::Urgent && change > 0.0);
     if held_back && policy.max_step > 0.0 && change.abs() > policy.max_step {
         reasons.push(format!(
             "{what} is applied at most {:.0}% per change: {} next, {} is the target",
@@ -834,11 +867,114 @@ mod tests {
     const DAY: i64 = 86_400;
     const MIB: i64 = 1 << 20;
 
+    /// The default policy without the maximum step and with CPU sized by the percentile
+    /// alone, so the numbers below are easy to follow; the starvation weight has its own
+    /// tests.
     fn policy() -> Policy {
         Policy {
             max_step: 0.0,
+            cpu_starvation_weight: 0.0,
             ..Policy::default()
         }
+    }
+
+    /// `days` of minute samples of a daily cycle between `low` and `high` cores, when
+    /// `burst` is `None`; otherwise `low` cores with `high`-core bursts every `burst`
+    /// minutes. Memory flat at 500 MiB.
+    fn cpu_history(days: i64, low: f64, high: f64, burst: Option<i64>) -> ContainerHistory {
+        let mut h = ContainerHistory::new(&policy(), 0);
+        for m in 0..days * 1440 {
+            let cores = match burst {
+                None => {
+                    let angle = 2.0 * std::f64::consts::PI * (m % 1440) as f64 / 1440.0;
+                    low + (high - low) * (0.5 + 0.5 * angle.sin())
+                }
+                Some(every) if m % every == 0 => high,
+                Some(_) => low,
+            };
+            h.add_cpu(m * 60, cores);
+            h.add_memory(m * 60, (500 * MIB) as f64);
+        }
+        h
+    }
+
+    #[test]
+    fn a_smooth_daily_cycle_is_covered_up_to_its_dense_top() {
+        let h = cpu_history(7, 0.1, 1.0, None);
+        let weighted = Policy {
+            cpu_starvation_weight: 3.0,
+            ..policy()
+        };
+        let r = recommend(
+            &h,
+            Requests::default(),
+            &weighted,
+            &Context::default(),
+            7 * DAY,
+        );
+        let cpu = r.recommended.cpu.expect("cpu");
+        // The top of a sine is where its samples crowd: the request covers it (0.95 core
+        // or more, plus 10%)...
+        assert!(cpu >= 1040, "{cpu} {:?}", r.reasons);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("more would waste")),
+            "{:?}",
+            r.reasons
+        );
+        // ...where the sustained percentile alone (p70 + 10%, about 0.9 core) leaves
+        // demand above the request a fifth of the day.
+        let plain = recommend(
+            &h,
+            Requests::default(),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        assert!(plain.recommended.cpu.expect("cpu") < 950, "{plain:?}");
+    }
+
+    #[test]
+    fn rare_bursts_far_above_the_body_are_not_reserved_all_day() {
+        // 50m with a 2-core burst one minute in twenty.
+        let h = cpu_history(7, 0.05, 2.0, Some(20));
+        let r = recommend(
+            &h,
+            Requests::default(),
+            &Policy {
+                max_step: 0.0,
+                ..Policy::default()
+            },
+            &Context::default(),
+            7 * DAY,
+        );
+        let cpu = r.recommended.cpu.expect("cpu");
+        assert!(cpu < 100, "{cpu} {:?}", r.reasons);
+    }
+
+    #[test]
+    fn a_small_memory_increase_is_made_while_a_small_cpu_increase_is_not() {
+        // The evidence asks for about 451m and 520 MiB; the requests are a little below.
+        let h = history(7);
+        let r = recommend(
+            &h,
+            current(420, 505 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        // Memory below the highest recent peak is what an OOM kill starts from: raised.
+        assert_eq!(r.recommended.memory, Some(520 * MIB), "{:?}", r.reasons);
+        // CPU is compressible: a change within 10% is not worth a resize.
+        assert_eq!(r.recommended.cpu, Some(420), "{:?}", r.reasons);
+        // A small memory decrease is still not made.
+        let r = recommend(
+            &h,
+            current(420, 540 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        assert_eq!(r.recommended.memory, Some(540 * MIB), "{:?}", r.reasons);
     }
 
     /// `days` of minute samples: CPU cycling 0.1..=0.5 cores, memory 400-500 MiB.
