@@ -1225,10 +1225,20 @@ async fn two_replicas_serve_the_webhook_with_one_generated_certificate_and_a_mou
     .await;
     // Whichever replica the Service picks, its certificate verifies against the one CA
     // the configuration publishes, and it patches the pod the same way.
+    // (Each replica's stores see the Recommendation a moment after the API server has it.)
     for (i, port) in ports.iter().enumerate() {
-        let (allowed, patched, answer) =
-            review_over_tls(*port, &generated, &format!("review-{i}")).await;
-        assert!(allowed && patched, "replica on port {port}: {answer}");
+        let generated = &generated;
+        eventually(
+            Duration::from_secs(30),
+            &format!("the replica on port {port} to patch"),
+            || async move {
+                let (allowed, patched, answer) =
+                    review_over_tls(*port, generated, &format!("review-{i}")).await;
+                assert!(allowed, "replica on port {port}: {answer}");
+                patched.then_some(())
+            },
+        )
+        .await;
     }
     // A CA that did not sign them is refused: the check above is a real verification.
     let stranger =
