@@ -176,6 +176,24 @@ fn condition_reason(r: &Recommendation, type_: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The first container's recommended requests, by resource.
+fn recommended_requests(r: &Recommendation) -> BTreeMap<String, String> {
+    r.status.as_ref().expect("status").containers[0]
+        .recommended
+        .requests
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+/// Requests as a pod spec writes them.
+fn requests(cpu: &str, memory: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cpu".to_string(), cpu.to_string()),
+        ("memory".to_string(), memory.to_string()),
+    ])
+}
+
 async fn recommendation(cp: &ControlPlane, ns: &str, name: &str) -> Option<Recommendation> {
     Api::<Recommendation>::namespaced(cp.client.clone(), ns)
         .get_opt(name)
@@ -675,15 +693,7 @@ async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa
         (condition(&r, "Actionable") == Some("True")).then_some(r)
     })
     .await;
-    let want = |r: &Recommendation| -> BTreeMap<String, String> {
-        r.status.as_ref().expect("status").containers[0]
-            .recommended
-            .requests
-            .iter()
-            .map(|(k, v)| (k.clone(), v.0.clone()))
-            .collect()
-    };
-    let web_target = want(&web);
+    let web_target = recommended_requests(&web);
     assert_ne!(
         web_target,
         before.values().next().expect("a pod").1.0,
@@ -718,7 +728,7 @@ async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa
         recommendation(&cp, "default", "deployment-api").await
     })
     .await;
-    let api_target = want(&api);
+    let api_target = recommended_requests(&api);
     assert_eq!(
         api_target.get("cpu").map(String::as_str),
         Some("500m"),
@@ -851,25 +861,11 @@ async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and
         (condition(&r, "Actionable") == Some("True")).then_some(r)
     })
     .await;
-    let want = |r: &Recommendation| -> BTreeMap<String, String> {
-        r.status.as_ref().expect("status").containers[0]
-            .recommended
-            .requests
-            .iter()
-            .map(|(k, v)| (k.clone(), v.0.clone()))
-            .collect()
-    };
-    let template = |cpu: &str, memory: &str| {
-        BTreeMap::from([
-            ("cpu".to_string(), cpu.to_string()),
-            ("memory".to_string(), memory.to_string()),
-        ])
-    };
-    let web_target = want(&web);
-    assert_ne!(web_target, template("1", "1Gi"), "a change to make");
+    let web_target = recommended_requests(&web);
+    assert_ne!(web_target, requests("1", "1Gi"), "a change to make");
     assert_ne!(
-        want(&api),
-        template("500m", "512Mi"),
+        recommended_requests(&api),
+        requests("500m", "512Mi"),
         "a change not to make"
     );
     // The agent's stores see the Recommendations as the API server does.
@@ -885,10 +881,10 @@ async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and
         .into_iter()
         .find(|p| p.name_any().starts_with("web-") && p.uid() != created.uid())
         .expect("the other web pod");
-    assert_eq!(pod_resources(&other_web).0, template("1", "1Gi"));
+    assert_eq!(pod_resources(&other_web).0, requests("1", "1Gi"));
     // api is in Recommend mode: its new pod keeps the template's requests.
     let created_api = replace_one_pod(&cp, "api-", Duration::from_secs(30)).await;
-    assert_eq!(pod_resources(&created_api).0, template("500m", "512Mi"));
+    assert_eq!(pod_resources(&created_api).0, requests("500m", "512Mi"));
     let metrics = agent.metrics().await;
     assert!(
         metric(
@@ -914,7 +910,7 @@ async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and
     agent.kill();
     let started = std::time::Instant::now();
     let unpatched = replace_one_pod(&cp, "web-", Duration::from_secs(30)).await;
-    assert_eq!(pod_resources(&unpatched).0, template("1", "1Gi"));
+    assert_eq!(pod_resources(&unpatched).0, requests("1", "1Gi"));
     assert!(
         configurations
             .get_opt("tailor-rightsizing")
@@ -966,12 +962,9 @@ spec:
   update: {mode: OnCreate, maxStepFraction: 1.0}
 "#;
 
-/// Millicores of a CPU quantity as the tests write them (`250m`, `2`).
+/// Millicores of a CPU quantity.
 fn millicores(q: &str) -> i64 {
-    q.strip_suffix('m').map_or_else(
-        || (q.parse::<f64>().expect("cores") * 1000.0).round() as i64,
-        |m| m.parse().expect("millicores"),
-    )
+    tailor::model::quantity::parse_milli(q).expect("a CPU quantity")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -997,7 +990,7 @@ async fn pending_pods_are_bought_nodes_for_their_recommended_requests_and_recomm
     let target = |name: &'static str| {
         let cp = &cp;
         async move {
-            eventually(
+            let r = eventually(
                 Duration::from_secs(60),
                 &format!("{name}'s actionable Recommendation"),
                 || async {
@@ -1005,15 +998,8 @@ async fn pending_pods_are_bought_nodes_for_their_recommended_requests_and_recomm
                     (condition(&r, "Actionable") == Some("True")).then_some(r)
                 },
             )
-            .await
-            .status
-            .expect("status")
-            .containers[0]
-                .recommended
-                .requests
-                .iter()
-                .map(|(k, v)| (k.clone(), v.0.clone()))
-                .collect::<BTreeMap<String, String>>()
+            .await;
+            recommended_requests(&r)
         }
     };
     let web_target = target("deployment-web").await;
@@ -1048,12 +1034,6 @@ async fn pending_pods_are_bought_nodes_for_their_recommended_requests_and_recomm
         },
     )
     .await;
-    let template = |cpu: &str, memory: &str| {
-        BTreeMap::from([
-            ("cpu".to_string(), cpu.to_string()),
-            ("memory".to_string(), memory.to_string()),
-        ])
-    };
     // Auto mode: each web pod was resized while pending, before its node existed; it never
     // restarted and runs with the recommendation. Recommend mode: api keeps its template.
     for p in &running {
@@ -1063,7 +1043,7 @@ async fn pending_pods_are_bought_nodes_for_their_recommended_requests_and_recomm
             assert_eq!(status, web_target, "{}", p.name_any());
             assert_eq!(restarts, 0);
         } else {
-            assert_eq!(spec, template("2", "4Gi"), "{}", p.name_any());
+            assert_eq!(spec, requests("2", "4Gi"), "{}", p.name_any());
         }
     }
     // The nodes were bought for those requests: the claims' planned CPU is the web pods'
@@ -1399,12 +1379,7 @@ async fn a_pod_the_node_cannot_resize_is_evicted_and_comes_back_with_the_recomme
         (condition(&r, "Actionable") == Some("True")).then_some(r)
     })
     .await;
-    let target: BTreeMap<String, String> = grow.status.as_ref().expect("status").containers[0]
-        .recommended
-        .requests
-        .iter()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect();
+    let target = recommended_requests(&grow);
     let cores = tailor::model::quantity::parse_milli(&target["cpu"]).expect("cpu");
     assert!(
         cores > 1000,
@@ -1537,12 +1512,7 @@ async fn in_rolling_restart_mode_the_pod_template_gets_the_requests_and_the_depl
         (condition(&r, "Actionable") == Some("True")).then_some(r)
     })
     .await;
-    let target: BTreeMap<String, String> = web.status.as_ref().expect("status").containers[0]
-        .recommended
-        .requests
-        .iter()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect();
+    let target = recommended_requests(&web);
     let requests = |d: &Deployment| -> BTreeMap<String, String> {
         d.spec
             .as_ref()

@@ -106,6 +106,20 @@ pub enum CliError {
 pub type Result<T> = std::result::Result<T, CliError>;
 
 /// Runs a parsed command, writing its output to `out`.
+/// The `--now` flag (RFC 3339) in Unix seconds; the clock's time when it is not given.
+pub(crate) fn now_flag(now: Option<&str>) -> Result<i64> {
+    match now {
+        Some(t) => t
+            .parse::<jiff::Timestamp>()
+            .map(|t| t.as_second())
+            .map_err(|e| CliError::InvalidFlag {
+                flag: "--now",
+                reason: format!("{t:?}: {e}"),
+            }),
+        None => Ok(jiff::Timestamp::now().as_second()),
+    }
+}
+
 pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
     match command {
         Command::Crds(args) => crds::run(args, out),

@@ -471,16 +471,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
         tracing::warn!("{warning}");
     }
     let workloads = Workloads::from_snapshot(&snapshot);
-    let now = match &args.now {
-        Some(t) => t
-            .parse::<jiff::Timestamp>()
-            .map_err(|e| CliError::InvalidFlag {
-                flag: "--now",
-                reason: format!("{t:?}: {e}"),
-            })?
-            .as_second(),
-        None => jiff::Timestamp::now().as_second(),
-    };
+    let now = super::now_flag(args.now.as_deref())?;
     let policies = Policies::new(&snapshot.rightsizing_policies, None, Mode::Recommend);
     let (catalog, options) = args.source.clone().load()?;
     let types = catalog.instance_types(&options)?;

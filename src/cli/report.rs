@@ -304,16 +304,7 @@ pub async fn report(args: &ReportArgs) -> Result<CostReport> {
             ),
         });
     }
-    let now = match &args.now {
-        Some(t) => t
-            .parse::<jiff::Timestamp>()
-            .map_err(|e| CliError::InvalidFlag {
-                flag: "--now",
-                reason: format!("{t:?}: {e}"),
-            })?
-            .as_second(),
-        None => jiff::Timestamp::now().as_second(),
-    };
+    let now = super::now_flag(args.now.as_deref())?;
     if args.output == ReportFormat::Parquet && args.output_file.is_none() {
         return Err(CliError::InvalidFlag {
             flag: "--output-file",

@@ -70,16 +70,7 @@ pub struct SimulateArgs {
 
 /// Loads the snapshot and catalog and evaluates the existing nodes for disruption.
 pub fn disruption(args: &SimulateArgs) -> Result<(disruption::Report, Vec<String>)> {
-    let now = match &args.now {
-        Some(t) => t
-            .parse::<jiff::Timestamp>()
-            .map_err(|e| CliError::InvalidFlag {
-                flag: "--now",
-                reason: format!("{t:?}: {e}"),
-            })?
-            .as_second(),
-        None => jiff::Timestamp::now().as_second(),
-    };
+    let now = super::now_flag(args.now.as_deref())?;
     if !(0.0..1.0).contains(&args.min_savings_fraction) {
         return Err(CliError::InvalidFlag {
             flag: "--min-savings-fraction",
