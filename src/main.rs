@@ -35,7 +35,19 @@ fn release_freed_memory_promptly() {
 
 fn main() -> anyhow::Result<()> {
     release_freed_memory_promptly();
-    let Cli { log, command } = Cli::parse();
+    let Cli { log, command } = Cli::try_parse().unwrap_or_else(|e| {
+        #[cfg(not(feature = "report"))]
+        if e.kind() == clap::error::ErrorKind::InvalidSubcommand
+            && std::env::args().skip(1).any(|a| a == "report")
+        {
+            eprintln!(
+                "error: this tailor was built without `tailor report` (cost allocation over a \
+                 window, which needs polars); build it with `cargo build --release --features report`"
+            );
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     // The agent logs in the format it is told and pushes OTLP when a collector is set.
     // The standard OpenTelemetry variables: the collector, the push interval and the span
     // queue (milliseconds and spans, as the specification gives them).

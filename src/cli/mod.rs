@@ -6,6 +6,7 @@ pub mod crds;
 pub mod demo;
 pub mod recommend;
 mod recommend_html;
+#[cfg(feature = "report")]
 pub mod report;
 pub mod run;
 pub mod simulate;
@@ -45,7 +46,8 @@ pub enum Command {
     Recommend(Box<recommend::RecommendArgs>),
     /// Cost allocation and savings over a window from Prometheus history and node prices:
     /// per namespace, workload or NodePool, requested vs used vs recommended, dollars
-    /// wasted and recoverable. Changes nothing.
+    /// wasted and recoverable. Changes nothing. (Built with the `report` feature.)
+    #[cfg(feature = "report")]
     Report(Box<report::ReportArgs>),
     /// Plan a cluster snapshot's pending pods: placements on existing nodes, the cheapest
     /// new nodes that fit the rest, and pods that cannot land with the reason. With
@@ -126,6 +128,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Catalog(args) => catalog::run(args, out),
         Command::Simulate(args) => simulate::run(args, out),
         Command::Recommend(args) => recommend::run(*args, out),
+        #[cfg(feature = "report")]
         Command::Report(args) => report::run(*args, out),
         Command::Demo(args) => demo::run(args, out),
         Command::Run(args) => run::run(*args, out),

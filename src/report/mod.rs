@@ -1,5 +1,6 @@
 //! Renderers for what Tailor reports: aligned tables for people, JSON and YAML for tools.
 
+#[cfg(feature = "report")]
 pub mod cost;
 pub mod svg;
 pub mod table;

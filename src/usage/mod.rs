@@ -1,5 +1,6 @@
 //! Reading usage history: the [`UsageSource`] trait and its Prometheus implementation.
 
+#[cfg(feature = "report")]
 pub mod inventory;
 pub mod pool;
 pub mod prometheus;
