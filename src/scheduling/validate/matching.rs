@@ -549,10 +549,7 @@ mod tests {
         assert_eq!(describe_taint(&no_schedule[0]), "dedicated:NoSchedule");
     }
 
-    fn selector(
-        match_labels: &[(&str, &str)],
-        expressions: &[(&str, &str, &[&str])],
-    ) -> LabelSelector {
+    fn selector(match_labels: &[(&str, &str)], expressions: &[Expression<'_>]) -> LabelSelector {
         LabelSelector {
             match_labels: (!match_labels.is_empty()).then(|| labels(match_labels)),
             match_expressions: (!expressions.is_empty()).then(|| {
@@ -568,11 +565,16 @@ mod tests {
         }
     }
 
+    /// A selector expression: key, operator, values.
+    type Expression<'a> = (&'a str, &'a str, &'a [&'a str]);
+    /// matchLabels, matchExpressions, and whether the pod matches.
+    type SelectorCase<'a> = (&'a [(&'a str, &'a str)], &'a [Expression<'a>], bool);
+
     #[test]
     fn each_label_selector_operator_both_matches_and_refuses() {
         let pod = labels(&[("app", "web"), ("tier", "front")]);
         // (matchLabels, expressions, matches)
-        let table: &[(&[(&str, &str)], &[(&str, &str, &[&str])], bool)] = &[
+        let table: &[SelectorCase<'_>] = &[
             (&[("app", "web")], &[], true),
             (&[("app", "db")], &[], false),
             (&[("app", "web"), ("tier", "back")], &[], false),
