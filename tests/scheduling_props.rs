@@ -175,3 +175,196 @@ proptest! {
         }
     }
 }
+
+/// Where a plan puts a pod: a new claim's name or an existing node's name.
+fn node_of(plan: &scheduling::Plan, key: &str) -> Option<String> {
+    plan.node_claims
+        .iter()
+        .find(|c| c.pods.iter().any(|p| p == key))
+        .map(|c| c.name.clone())
+        .or_else(|| {
+            plan.existing_nodes
+                .iter()
+                .find(|e| e.pods.iter().any(|p| p == key))
+                .map(|e| e.node.clone())
+        })
+}
+
+/// The plan with `key` taken off its node and put on `target` (a claim or existing node).
+fn moved(plan: &scheduling::Plan, key: &str, target: &str) -> scheduling::Plan {
+    let mut plan = plan.clone();
+    for c in &mut plan.node_claims {
+        c.pods.retain(|p| p != key);
+    }
+    for e in &mut plan.existing_nodes {
+        e.pods.retain(|p| p != key);
+    }
+    match plan.node_claims.iter_mut().find(|c| c.name == target) {
+        Some(c) => c.pods.push(key.to_string()),
+        None => plan.existing_nodes.push(scheduling::ExistingPlacement {
+            node: target.to_string(),
+            pods: vec![key.to_string()],
+        }),
+    }
+    plan
+}
+
+/// Every node of the plan (claims and existing nodes) with its labels.
+fn plan_nodes(
+    input: &scheduling::Input,
+    plan: &scheduling::Plan,
+) -> Vec<(String, std::collections::BTreeMap<String, String>)> {
+    plan.node_claims
+        .iter()
+        .map(|c| (c.name.clone(), c.labels.clone()))
+        .chain(
+            input
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.labels.clone())),
+        )
+        .collect()
+}
+
+fn node_selector<'p>(p: &'p scheduling::PodInfo, key: &str) -> Option<&'p str> {
+    p.written
+        .as_ref()?
+        .node_selector
+        .get(key)
+        .map(String::as_str)
+}
+
+/// Breaks a sound plan in every way the generated cluster allows, each on its own copy:
+/// a pod moved past its taint, node selector or anti-affinity, and a new node relabelled.
+/// Returns each broken plan with the words the validator must use for it.
+fn breakages(
+    input: &scheduling::Input,
+    plan: &scheduling::Plan,
+) -> Vec<(&'static str, scheduling::Plan)> {
+    let mut out = Vec::new();
+    let nodes = plan_nodes(input, plan);
+    let placed: Vec<&scheduling::PodInfo> = input
+        .pending
+        .iter()
+        .filter(|p| node_of(plan, &p.key).is_some())
+        .collect();
+    let pool_of = |labels: &std::collections::BTreeMap<String, String>| {
+        labels.get("tailor.sh/nodepool").cloned()
+    };
+    // A pod without the toleration onto a node of the tainted pool.
+    if let (Some(pod), Some((node, _))) = (
+        placed
+            .iter()
+            .find(|p| node_selector(p, "tailor.sh/nodepool").is_none()),
+        nodes
+            .iter()
+            .find(|(_, l)| pool_of(l).as_deref() == Some("dedicated")),
+    ) {
+        out.push(("does not tolerate dedicated", moved(plan, &pod.key, node)));
+    }
+    // A pod selecting the dedicated pool onto a node of another pool.
+    if let (Some(pod), Some((node, _))) = (
+        placed
+            .iter()
+            .find(|p| node_selector(p, "tailor.sh/nodepool") == Some("dedicated")),
+        nodes
+            .iter()
+            .find(|(_, l)| pool_of(l).as_deref() != Some("dedicated")),
+    ) {
+        out.push(("node affinity", moved(plan, &pod.key, node)));
+    }
+    // An arm64 pod onto an amd64 node.
+    if let (Some(pod), Some((node, _))) = (
+        placed
+            .iter()
+            .find(|p| node_selector(p, "kubernetes.io/arch") == Some("arm64")),
+        nodes
+            .iter()
+            .find(|(_, l)| l.get("kubernetes.io/arch").map(String::as_str) == Some("amd64")),
+    ) {
+        out.push(("node affinity", moved(plan, &pod.key, node)));
+    }
+    // Two pods of the hostname anti-affinity group onto one node.
+    let anti: Vec<&&scheduling::PodInfo> = placed
+        .iter()
+        .filter(|p| p.labels.get("anti").map(String::as_str) == Some("x"))
+        .collect();
+    if let [a, b, ..] = anti.as_slice()
+        && let Some(node) = node_of(plan, &b.key)
+    {
+        out.push(("anti-affinity", moved(plan, &a.key, &node)));
+    }
+    // A new node claiming a zone its offering is not in.
+    if let Some(c) = plan.node_claims.first() {
+        let mut broken = plan.clone();
+        broken.node_claims[0].labels.insert(
+            "topology.kubernetes.io/zone".to_string(),
+            format!("{}-moved", c.zone),
+        );
+        out.push(("label topology.kubernetes.io/zone is", broken));
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Differential check of the validator's own matching against the scheduler's: what
+    /// the scheduler plans, the validator accepts; the same plan broken is refused, for the
+    /// rule that was broken.
+    #[test]
+    fn the_validator_accepts_scheduler_plans_and_refuses_them_broken(
+        pods in prop::collection::vec(pod_params(), 2..9),
+        existing in 0usize..3,
+    ) {
+        let yaml = cluster_yaml(&pods, None, existing);
+        let input = support::input_from_yaml(&yaml);
+        let plan = scheduling::schedule(&input, &Options::default());
+        let sound = validate(&input, &plan);
+        prop_assert!(sound.is_empty(), "{sound:#?}\n{yaml}");
+        for (rule, broken) in breakages(&input, &plan) {
+            let errors = validate(&input, &broken);
+            prop_assert!(
+                errors.iter().any(|e| e.contains(rule)),
+                "breaking {rule:?} went unnoticed: {errors:#?}\n{yaml}"
+            );
+        }
+    }
+}
+
+/// The generator above does reach each breakage: a fixed cluster with every pod kind
+/// yields all five, so the property is not vacuous.
+#[test]
+fn the_generated_breakages_cover_every_rule() {
+    let pods: Vec<PodParams> = (0..7)
+        .map(|kind| PodParams {
+            cpu: 1,
+            memory: 1,
+            kind,
+            value: 0,
+            replicas: 2,
+        })
+        .collect();
+    let yaml = cluster_yaml(&pods, None, 1);
+    let input = support::input_from_yaml(&yaml);
+    let plan = scheduling::schedule(&input, &Options::default());
+    assert!(validate(&input, &plan).is_empty());
+    let rules: Vec<&str> = breakages(&input, &plan).iter().map(|(r, _)| *r).collect();
+    assert_eq!(
+        rules,
+        [
+            "does not tolerate dedicated",
+            "node affinity",
+            "node affinity",
+            "anti-affinity",
+            "label topology.kubernetes.io/zone is"
+        ]
+    );
+    for (rule, broken) in breakages(&input, &plan) {
+        let errors = validate(&input, &broken);
+        assert!(
+            errors.iter().any(|e| e.contains(rule)),
+            "{rule}: {errors:#?}"
+        );
+    }
+}

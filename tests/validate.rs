@@ -497,3 +497,77 @@ fn a_plan_beyond_the_pool_node_limit_is_rejected() {
     });
     assert_rejected(&e, "nodepool default exceeds its node limit");
 }
+
+#[test]
+fn a_new_node_labelled_unlike_its_instance_type_is_rejected() {
+    let yaml = format!("{POOL}{}", pods("web", 1, "1", ""));
+    let e = errors_after(&yaml, |_, plan| {
+        let arch = plan.node_claims[0]
+            .labels
+            .get_mut(labels::ARCH)
+            .expect("a new node carries its architecture");
+        *arch = if arch == "arm64" { "amd64" } else { "arm64" }.to_string();
+    });
+    assert_rejected(&e, "label kubernetes.io/arch is");
+}
+
+#[test]
+fn a_pod_on_a_node_outside_its_required_node_affinity_terms_is_rejected() {
+    // Two ORed terms, neither of which the existing amd64 node in eastus-1 meets.
+    let affinity = "      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]
+            - matchExpressions: [{key: topology.kubernetes.io/zone, operator: NotIn, values: [eastus-1]}]";
+    let yaml = format!(
+        "{POOL}{}{}",
+        node("n1", ""),
+        pods("picky", 1, "1", affinity)
+    );
+    let e = errors_after(&yaml, |_, plan| {
+        let pod = take_pod(plan, "picky");
+        place_on_existing(plan, "n1", pod);
+    });
+    assert_rejected(&e, "none of the 2 required node affinity terms matches");
+}
+
+#[test]
+fn a_new_node_outside_a_numeric_pool_requirement_is_rejected() {
+    let pool = POOL.replace(
+        "      nodeClassRef",
+        "      - {key: tailor.sh/sku-cpu, operator: Gte, values: ['4']}\n      nodeClassRef",
+    );
+    let yaml = format!("{pool}{}", pods("web", 1, "1", ""));
+    let e = errors_after(&yaml, |_, plan| {
+        plan.node_claims[0]
+            .labels
+            .insert(labels::SKU_CPU.to_string(), "2".to_string());
+    });
+    assert_rejected(
+        &e,
+        "requirement tailor.sh/sku-cpu Gte [4] does not hold for \"2\"",
+    );
+}
+
+#[test]
+fn a_pod_whose_constraints_were_not_kept_as_written_cannot_pass() {
+    let yaml = format!(
+        "{POOL}{}",
+        pods(
+            "arm",
+            1,
+            "1",
+            "      nodeSelector: {kubernetes.io/arch: arm64}"
+        )
+    );
+    let mut input = support::input_from_yaml(&yaml);
+    let plan = scheduling::schedule(&input, &Options::default());
+    assert!(validate(&input, &plan).is_empty());
+    // Parsed constraints without the written ones: nothing to check them against.
+    input.pending[0].written = None;
+    assert_rejected(
+        &validate(&input, &plan),
+        "its placement constraints were not kept as written",
+    );
+}

@@ -197,6 +197,7 @@ mod tests {
             host_ports: Vec::new(),
             node_name: Some("n1".to_string()),
             owner: None,
+            written: None,
         };
         let mut pool = default_pool(Vec::new());
         pool.name = "default".to_string();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
 
-use super::pod::{HostPort, PodError, PodInfo};
-use crate::apis::{AKSNodeClass, NodePool, labels};
+use super::pod::{HostPort, PodError, PodInfo, WrittenPlacement};
+use crate::apis::{AKSNodeClass, NodePool, NodeRequirement, RequirementOperator, labels};
 use crate::model::pod::{node_requirements, parse_quantities, pod_requests};
 use crate::model::{
     InstanceType, NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements,
@@ -92,6 +92,9 @@ pub struct Pool {
     /// Requirements every node of the pool satisfies (template labels included as
     /// single-valued requirements).
     pub requirements: Requirements,
+    /// `spec.template.spec.requirements` as written, for the plan validator (which checks
+    /// new nodes against these rather than against `requirements`).
+    pub written_requirements: Vec<NodeRequirement>,
     /// Template labels.
     pub labels: BTreeMap<String, String>,
     /// Taints pods must tolerate.
@@ -123,6 +126,8 @@ pub struct DaemonSetInfo {
     pub tolerations: Vec<Toleration>,
     /// Host ports its pods bind.
     pub host_ports: Vec<HostPort>,
+    /// Its pod template's placement fields as written, for the plan validator.
+    pub written: Option<Arc<WrittenPlacement>>,
 }
 
 /// The scheduler's whole input.
@@ -182,6 +187,7 @@ pub fn pool_from(np: &NodePool, instance_types: Vec<InstanceType>) -> Result<Poo
         name: name.clone(),
         weight: np.spec.weight.unwrap_or(0),
         requirements,
+        written_requirements: template.spec.requirements.clone(),
         labels: template.metadata.labels.clone(),
         taints: template.spec.taints.clone(),
         startup_taints: template.spec.startup_taints.clone(),
@@ -253,6 +259,7 @@ fn daemon_set_info(key: String, spec: &PodSpec) -> Result<DaemonSetInfo, InputEr
         node_requirements,
         tolerations,
         host_ports: info.host_ports,
+        written: info.written,
     })
 }
 
@@ -417,6 +424,16 @@ impl Input {
 
 /// The pool used when a snapshot defines none: on-demand linux nodes of any type.
 pub fn default_pool(instance_types: Vec<InstanceType>) -> Pool {
+    let in_one = |key: &str, value: &str| NodeRequirement {
+        key: key.to_string(),
+        operator: RequirementOperator::In,
+        values: vec![value.to_string()],
+        min_values: None,
+    };
+    let written_requirements = vec![
+        in_one(labels::CAPACITY_TYPE, labels::CAPACITY_TYPE_ON_DEMAND),
+        in_one(labels::OS, labels::OS_LINUX),
+    ];
     let requirements = Requirements::new()
         .with(Requirement::one_of(
             labels::CAPACITY_TYPE,
@@ -432,6 +449,7 @@ pub fn default_pool(instance_types: Vec<InstanceType>) -> Pool {
         name: "default".to_string(),
         weight: 0,
         requirements,
+        written_requirements,
         labels: BTreeMap::new(),
         taints: Vec::new(),
         startup_taints: Vec::new(),

@@ -2,9 +2,11 @@
 //! run, parsed once from the Kubernetes object.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm,
+    Affinity, ContainerPort, Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -106,6 +108,80 @@ impl HostPort {
     }
 }
 
+/// The placement fields of a pod spec as the user wrote them. The plan validator checks
+/// plans against these rather than against the parsed forms on [`PodInfo`], so that a
+/// parsing mistake cannot hide itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WrittenPlacement {
+    /// `spec.nodeSelector`.
+    pub node_selector: BTreeMap<String, String>,
+    /// `spec.affinity` with its preferred terms left out (only required terms are checked).
+    pub affinity: Option<Affinity>,
+    /// `spec.topologySpreadConstraints`.
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// The ports that set a `hostPort`, of app containers and native sidecars.
+    pub host_ports: Vec<ContainerPort>,
+}
+
+impl WrittenPlacement {
+    /// The spec's placement fields, or `None` when it sets none of them (most pods; they
+    /// then cost one pointer).
+    pub fn of(spec: &PodSpec) -> Option<Arc<Self>> {
+        let affinity = spec.affinity.as_ref().map(|a| {
+            let mut a = a.clone();
+            if let Some(n) = a.node_affinity.as_mut() {
+                n.preferred_during_scheduling_ignored_during_execution = None;
+            }
+            if let Some(p) = a.pod_affinity.as_mut() {
+                p.preferred_during_scheduling_ignored_during_execution = None;
+            }
+            if let Some(p) = a.pod_anti_affinity.as_mut() {
+                p.preferred_during_scheduling_ignored_during_execution = None;
+            }
+            a
+        });
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        let host_ports: Vec<ContainerPort> = spec
+            .containers
+            .iter()
+            .chain(sidecars)
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter(|p| p.host_port.is_some_and(|h| h > 0))
+            .cloned()
+            .collect();
+        let written = WrittenPlacement {
+            node_selector: spec.node_selector.clone().unwrap_or_default(),
+            affinity: affinity.filter(|a| {
+                let required_node = a.node_affinity.as_ref().is_some_and(|n| {
+                    n.required_during_scheduling_ignored_during_execution
+                        .is_some()
+                });
+                let required_pod = a.pod_affinity.as_ref().is_some_and(|p| {
+                    p.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                        .is_some_and(|t| !t.is_empty())
+                });
+                let required_anti = a.pod_anti_affinity.as_ref().is_some_and(|p| {
+                    p.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                        .is_some_and(|t| !t.is_empty())
+                });
+                required_node || required_pod || required_anti
+            }),
+            topology_spread_constraints: spec
+                .topology_spread_constraints
+                .clone()
+                .unwrap_or_default(),
+            host_ports,
+        };
+        (written != WrittenPlacement::default()).then(|| Arc::new(written))
+    }
+}
+
 /// Everything the scheduler needs to know about one pod.
 #[derive(Debug, Clone)]
 pub struct PodInfo {
@@ -139,6 +215,9 @@ pub struct PodInfo {
     pub node_name: Option<String>,
     /// The workload that owns it (`Kind/name`), if any.
     pub owner: Option<String>,
+    /// The placement fields as written, for the plan validator; `None` when the spec sets
+    /// none (or when the pod was not built from a spec).
+    pub written: Option<Arc<WrittenPlacement>>,
 }
 
 impl PodInfo {
@@ -294,6 +373,7 @@ impl PodInfo {
             host_ports,
             node_name: spec.node_name.clone(),
             owner,
+            written: WrittenPlacement::of(spec),
         })
     }
 }

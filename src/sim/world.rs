@@ -40,13 +40,25 @@ const SPOT_TAINT: &str = "tailor.sh/spot";
 
 /// A NodePool of general-purpose D and E sizes (v5/v6, amd64) of one capacity type.
 fn node_pool(name: &str, capacity_type: &str, weight: i32, types: &[InstanceType]) -> Pool {
-    let requirements = crate::model::Requirements::new()
-        .with(Requirement::one_of(labels::CAPACITY_TYPE, [capacity_type]))
-        .with(Requirement::one_of(labels::OS, [labels::OS_LINUX]))
-        .with(Requirement::one_of(labels::NODE_POOL, [name]))
-        .with(Requirement::one_of(labels::SKU_FAMILY, ["D", "E"]))
-        .with(Requirement::one_of(labels::SKU_VERSION, ["5", "6"]))
-        .with(Requirement::one_of(labels::ARCH, ["amd64"]));
+    let written = [
+        (labels::CAPACITY_TYPE, vec![capacity_type]),
+        (labels::OS, vec![labels::OS_LINUX]),
+        (labels::SKU_FAMILY, vec!["D", "E"]),
+        (labels::SKU_VERSION, vec!["5", "6"]),
+        (labels::ARCH, vec!["amd64"]),
+    ]
+    .into_iter()
+    .map(|(key, values)| crate::apis::NodeRequirement {
+        key: key.to_string(),
+        operator: crate::apis::RequirementOperator::In,
+        values: values.into_iter().map(str::to_string).collect(),
+        min_values: None,
+    })
+    .collect::<Vec<_>>();
+    // `In` with at least one value always parses.
+    let requirements = crate::model::Requirements::from_node_requirements(&written)
+        .expect("In requirements with values are valid")
+        .with(Requirement::one_of(labels::NODE_POOL, [name]));
     let taints = if capacity_type == labels::CAPACITY_TYPE_SPOT {
         vec![Taint {
             key: SPOT_TAINT.to_string(),
@@ -67,6 +79,7 @@ fn node_pool(name: &str, capacity_type: &str, weight: i32, types: &[InstanceType
         .cloned()
         .collect();
     pool.requirements = requirements;
+    pool.written_requirements = written;
     pool
 }
 
@@ -363,6 +376,7 @@ fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
         host_ports: Vec::new(),
         node_name: None,
         owner: Some(format!("{}/{app}", kind.as_str())),
+        written: None,
     }
 }
 
@@ -1244,6 +1258,7 @@ pub async fn run(
             node_requirements: Default::default(),
             tolerations: Vec::new(),
             host_ports: Vec::new(),
+            written: None,
         })
         .collect();
     let largest = pools
