@@ -134,7 +134,7 @@ fn default_cpu_percentile() -> f64 {
     0.7
 }
 fn default_cpu_margin() -> f64 {
-    0.1
+    0.0
 }
 fn default_memory_margin() -> f64 {
     0.04
@@ -227,7 +227,9 @@ pub struct CpuPolicy {
     #[serde(default = "default_burst_headroom")]
     #[schemars(range(min = 1.0, max = 10.0))]
     pub burst_headroom: f64,
-    /// Headroom on top of the computed CPU request (0.1: 10% more).
+    /// Headroom on top of the computed CPU request (0.1: 10% more). None by default: the
+    /// request already covers the usage up to the level where more would waste more than
+    /// it spares, and a margin on top of that level only adds waste.
     #[serde(default = "default_cpu_margin")]
     #[schemars(range(min = 0.0, max = 10.0))]
     pub safety_margin_fraction: f64,
@@ -503,7 +505,7 @@ mod tests {
         assert!(spec.covers(ResourceKind::Cpu) && spec.covers(ResourceKind::Memory));
         assert_eq!(spec.cpu.percentile, 0.7);
         assert_eq!(spec.cpu.burst_percentile, Some(0.99));
-        assert_eq!(spec.cpu.safety_margin_fraction, 0.1);
+        assert_eq!(spec.cpu.safety_margin_fraction, 0.0);
         assert_eq!(spec.memory.peak_days, 7);
         assert_eq!(spec.memory.safety_margin_fraction, 0.04);
         assert_eq!(spec.cpu.lower_percentile, 0.5);

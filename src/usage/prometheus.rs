@@ -480,8 +480,8 @@ impl PrometheusSource {
         // A container capped by its CPU limit uses no more than the limit, whatever it
         // wanted; where cadvisor's CFS counters show throttling, the demand is estimated
         // from them as `rightsizing::recommender::throttled_demand` does (usage times one
-        // plus the throttled share of periods), in the same query, so the query count
-        // does not grow.
+        // plus half the throttled share of periods), in the same query, so the query
+        // count does not grow.
         for group in groups(containers, budget(cpu_points)) {
             let rate_of = |metric: &'static str| {
                 let union = self.union(query, &group, |sel| {
@@ -490,8 +490,9 @@ impl PrometheusSource {
                 format!("sum by ({by}) ({union})")
             };
             let usage = rate_of("container_cpu_usage_seconds_total");
+            let excess = crate::rightsizing::recommender::THROTTLED_EXCESS;
             let promql = format!(
-                "({usage} * (1 + clamp_max({} / ({} > 0), 1))) or {usage}",
+                "({usage} * (1 + {excess} * clamp_max({} / ({} > 0), 1))) or {usage}",
                 rate_of("container_cpu_cfs_throttled_periods_total"),
                 rate_of("container_cpu_cfs_periods_total"),
             );
