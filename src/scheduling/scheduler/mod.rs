@@ -15,7 +15,8 @@
 //! - `templates`: what new nodes a NodePool can make, and whether it admits a pod;
 //! - `nodes`: existing and planned nodes, their room and cheapest type;
 //! - `placement`: whether a node can take a pod, recording it, making a new node;
-//! - `planning`: the operations the packer uses.
+//! - `output`: the [`Plan`](crate::scheduling::Plan) the final state describes;
+//! - `planning`: the packer's narrow view of the state ([`Planning`]).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use crate::apis::labels;
 use crate::model::NodeRequirements;
 
 mod nodes;
+mod output;
 mod placement;
 mod planning;
 mod preferences;
@@ -38,10 +40,11 @@ mod resources;
 mod templates;
 mod topology;
 
-pub(crate) use nodes::{Node, NodeKind};
+use nodes::Node;
+pub(crate) use planning::Planning;
 use preferences::Active;
 use resources::{Dims, EXT_SLOTS};
-pub(crate) use resources::{R, ResV, add, fits};
+pub(crate) use resources::{R, ResV, fits};
 use templates::{CompatibleKey, OptionKey, OptionList, PoolState, TemplateKey, Templates};
 use topology::{Con, Group, GroupKey, Interner, Kind, spread_key, term_key};
 
@@ -70,41 +73,41 @@ impl Default for Options {
 }
 
 #[derive(Debug)]
-pub(crate) struct PodState<'a> {
-    pub(crate) info: &'a PodInfo,
-    pub(crate) req: Option<ResV>,
+struct PodState<'a> {
+    info: &'a PodInfo,
+    req: Option<ResV>,
     required: Vec<Con>,
     soft_spread: Vec<Con>,
     soft_anti: Vec<Con>,
     soft_affinity: Vec<Con>,
     /// Groups whose selector matches this pod (counted on placement).
-    pub(crate) matches: Vec<usize>,
+    matches: Vec<usize>,
     /// Required anti-affinity groups whose selector matches this pod (symmetry).
     anti_targets: Vec<usize>,
     /// Groups this pod owns as a required anti-affinity term.
     owns_anti: Vec<usize>,
     /// Placement: node index.
-    pub(crate) node: Option<usize>,
+    node: Option<usize>,
     /// The node requirements in force when the placement pass placed the pod: its required
     /// terms plus the preferred terms it did not have to relax. The packer moves the pod
     /// only within these, so a preference relaxed nowhere is not dropped for a cheaper
     /// node (Karpenter treats preferences as requirements until the pod cannot land).
-    pub(crate) kept_requirements: Option<NodeRequirements>,
+    kept_requirements: Option<NodeRequirements>,
     trivial_requirements: bool,
 }
 
 /// The working state of one pass.
 pub(crate) struct Scheduler<'a> {
-    pub(crate) input: &'a Input,
-    pub(crate) dims: Dims,
-    pub(crate) pods: Vec<PodState<'a>>,
-    pub(crate) nodes: Vec<Node>,
+    input: &'a Input,
+    dims: Dims,
+    pods: Vec<PodState<'a>>,
+    nodes: Vec<Node>,
     groups: Vec<Group>,
     keys: Vec<String>,
     domains: Vec<Interner>,
-    pub(crate) pools: Vec<PoolState>,
-    pub(crate) unschedulable: Vec<(usize, String)>,
-    pub(crate) options: Options,
+    pools: Vec<PoolState>,
+    unschedulable: Vec<(usize, String)>,
+    options: Options,
     /// First-fit index over nodes.
     index: NodeIndex,
     /// Bit per hostname-keyed group (at most 64 groups get one).

@@ -16,7 +16,7 @@ use crate::scheduling::input::ExistingNode;
 use crate::scheduling::pod::HostPort;
 
 #[derive(Debug, Clone)]
-pub(crate) enum NodeKind {
+pub(super) enum NodeKind {
     Existing,
     Planned {
         pool: usize,
@@ -26,34 +26,34 @@ pub(crate) enum NodeKind {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct Node {
-    pub(crate) name: String,
-    pub(crate) kind: NodeKind,
+pub(super) struct Node {
+    pub(super) name: String,
+    pub(super) kind: NodeKind,
     /// Labels (planned nodes: without the hostname, which is the node's name). Shared
     /// between nodes made from the same template.
-    pub(crate) labels: Rc<BTreeMap<String, String>>,
-    pub(crate) requirements: Rc<Requirements>,
-    pub(crate) taints: Vec<Taint>,
+    pub(super) labels: Rc<BTreeMap<String, String>>,
+    pub(super) requirements: Rc<Requirements>,
+    pub(super) taints: Vec<Taint>,
     /// Requests of its pods (and, for planned nodes, not the DaemonSet overhead, which
     /// each instance type's `alloc` already subtracts).
-    pub(crate) used: ResV,
+    pub(super) used: ResV,
     /// Existing: allocatable. Planned: per-dimension maximum over the types still open.
-    pub(crate) cap_upper: ResV,
+    pub(super) cap_upper: ResV,
     /// Planned: indices into the pool's `types`, cheapest first for this zone and capacity
     /// type (shared between nodes with the same requirements).
-    pub(crate) options: Rc<OptionList>,
+    pub(super) options: Rc<OptionList>,
     /// Planned: position in `options` of the cheapest type that holds `used`.
-    pub(crate) pos: usize,
-    pub(crate) pods: Vec<usize>,
-    pub(crate) host_ports: Vec<HostPort>,
+    pub(super) pos: usize,
+    pub(super) pods: Vec<usize>,
+    pub(super) host_ports: Vec<HostPort>,
     /// Domain per topology key in use.
     pub(super) domains: Vec<Option<u32>>,
     /// Planned: capacity counted against the pool's limits.
-    pub(crate) reserved: ResV,
+    pub(super) reserved: ResV,
     /// Existing: `spec.unschedulable`.
-    pub(crate) cordoned: bool,
+    pub(super) cordoned: bool,
     /// Planned: emptied by the packer and given back.
-    pub(crate) retired: bool,
+    pub(super) retired: bool,
     /// Hostname-keyed groups with a matching pod here (bit per group).
     pub(super) present_mask: u64,
     /// Hostname-keyed groups with a pod owning the anti-affinity term here.
@@ -66,7 +66,7 @@ impl Node {
     }
 
     /// Whether this is a node planned in this pass (and not retired by the packer).
-    pub(crate) fn is_planned_node(&self) -> bool {
+    pub(super) fn is_planned_node(&self) -> bool {
         self.is_planned() && !self.retired
     }
 }
@@ -111,7 +111,7 @@ impl Scheduler<'_> {
 
     /// Appends an empty planned node with the given requirements; its options are every
     /// compatible type offered in its zone and capacity type, cheapest first.
-    pub(crate) fn push_planned(&mut self, pi: usize, name: String, slot: &Slot) -> usize {
+    pub(super) fn push_planned(&mut self, pi: usize, name: String, slot: &Slot) -> usize {
         let pool = &self.input.pools[pi];
         let mut node = Node {
             name,
@@ -144,7 +144,7 @@ impl Scheduler<'_> {
     }
 
     /// Updates node `n` in the first-fit index.
-    pub(crate) fn reindex(&mut self, n: usize) {
+    pub(super) fn reindex(&mut self, n: usize) {
         let node = &self.nodes[n];
         let open = !node.retired && !node.cordoned;
         let value = open.then(|| {
@@ -159,7 +159,7 @@ impl Scheduler<'_> {
 
     /// Recomputes a planned node's per-dimension upper bound over the types from its
     /// cheapest fitting one on (cheaper types that cannot hold its pods never will).
-    pub(crate) fn refresh_upper(&mut self, n: usize) {
+    pub(super) fn refresh_upper(&mut self, n: usize) {
         let node = &mut self.nodes[n];
         if node.is_planned() {
             node.cap_upper = node.options.upper(node.pos);
@@ -170,7 +170,7 @@ impl Scheduler<'_> {
     /// Recomputes a planned node's options from its pool (after pods left it), its
     /// cheapest fitting type and the capacity it counts against the pool's limits. An
     /// empty node is retired and its node count given back.
-    pub(crate) fn rebuild_options(&mut self, n: usize) {
+    pub(super) fn rebuild_options(&mut self, n: usize) {
         let NodeKind::Planned {
             pool,
             ref zone,
@@ -206,7 +206,7 @@ impl Scheduler<'_> {
     }
 
     /// Gives back an emptied planned node.
-    pub(crate) fn retire(&mut self, n: usize) {
+    pub(super) fn retire(&mut self, n: usize) {
         let NodeKind::Planned { pool, ref zone, .. } = self.nodes[n].kind else {
             return;
         };
@@ -231,7 +231,7 @@ impl Scheduler<'_> {
 
     /// The price and instance type index chosen for a planned node: its cheapest option
     /// that holds its pods.
-    pub(crate) fn chosen_type(&self, n: usize) -> Option<(usize, f64, bool)> {
+    pub(super) fn chosen_type(&self, n: usize) -> Option<(usize, f64, bool)> {
         let node = &self.nodes[n];
         let NodeKind::Planned {
             pool,

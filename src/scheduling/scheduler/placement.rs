@@ -18,7 +18,7 @@ use crate::scheduling::taints;
 /// Why a node cannot take a pod. Cheap to build on the hot path; turned into words only
 /// when a pod ends up unschedulable.
 #[derive(Debug, Clone)]
-pub(crate) enum Reject {
+pub(super) enum Reject {
     /// A fixed reason.
     Static(&'static str),
     /// Not enough of one resource dimension.
@@ -46,7 +46,7 @@ pub(super) struct PlannedFit {
 
 impl Scheduler<'_> {
     /// Records pod `p` on node `n`: resources, ports, topology counts.
-    pub(crate) fn place(&mut self, p: usize, n: usize) {
+    pub(super) fn place(&mut self, p: usize, n: usize) {
         let req = self.pods[p].req.unwrap_or([0; R]);
         let node = &mut self.nodes[n];
         node.used = add(&node.used, &req);
@@ -77,7 +77,7 @@ impl Scheduler<'_> {
     }
 
     /// Reverses [`Scheduler::place`] (used by the packer).
-    pub(crate) fn unplace(&mut self, p: usize) {
+    pub(super) fn unplace(&mut self, p: usize) {
         let Some(n) = self.pods[p].node.take() else {
             return;
         };

@@ -30,7 +30,7 @@ pub(super) fn vmax(a: &ResV, b: &ResV) -> ResV {
 
 /// Maps extended resource names to vector slots.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Dims {
+pub(super) struct Dims {
     pub(super) ext: Vec<String>,
 }
 
@@ -45,7 +45,7 @@ impl Dims {
 
     /// The vector for a resource list; `None` when it names an extended resource beyond
     /// the four slots.
-    pub(crate) fn vec(&self, r: &Resources) -> Option<ResV> {
+    pub(super) fn vec(&self, r: &Resources) -> Option<ResV> {
         let mut v = [0; R];
         v[0] = r.cpu;
         v[1] = r.memory;

@@ -14,34 +14,34 @@ use crate::scheduling::input::Pool;
 use crate::scheduling::taints;
 
 #[derive(Debug, Clone)]
-pub(crate) struct TypeInfo {
+pub(super) struct TypeInfo {
     /// Index into the pool's instance types.
-    pub(crate) index: usize,
+    pub(super) index: usize,
     /// Allocatable less the DaemonSets that would run on it.
-    pub(crate) alloc: ResV,
+    pub(super) alloc: ResV,
     /// Capacity, for limits.
-    pub(crate) capacity: ResV,
+    pub(super) capacity: ResV,
     /// DaemonSet overhead.
-    pub(crate) overhead: ResV,
-    pub(crate) daemon_sets: Vec<usize>,
+    pub(super) overhead: ResV,
+    pub(super) daemon_sets: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct PoolState {
-    pub(crate) types: Vec<TypeInfo>,
+pub(super) struct PoolState {
+    pub(super) types: Vec<TypeInfo>,
     /// Remaining limit per dimension (`i64::MAX` when unlimited).
-    pub(crate) remaining: ResV,
-    pub(crate) nodes_remaining: i64,
-    pub(crate) zones: Vec<String>,
-    pub(crate) planned_per_zone: BTreeMap<String, usize>,
-    pub(crate) counter: usize,
+    pub(super) remaining: ResV,
+    pub(super) nodes_remaining: i64,
+    pub(super) zones: Vec<String>,
+    pub(super) planned_per_zone: BTreeMap<String, usize>,
+    pub(super) counter: usize,
     /// Requirements with `minValues`: a node's fitting types must span that many values.
-    pub(crate) min_values: Vec<(String, usize)>,
+    pub(super) min_values: Vec<(String, usize)>,
 }
 
 impl PoolState {
     /// Counts `delta` of capacity against the limited dimensions (negative gives back).
-    pub(crate) fn charge(&mut self, delta: &ResV) {
+    pub(super) fn charge(&mut self, delta: &ResV) {
         for (left, d) in self.remaining.iter_mut().zip(delta) {
             if *left != i64::MAX {
                 *left -= d;
@@ -60,7 +60,7 @@ pub(super) type CompatibleKey = (usize, Requirements);
 pub(super) type TemplateKey = (usize, Option<Requirements>);
 
 /// How new nodes of one pool are made for pods with given requirements.
-pub(crate) struct Templates {
+pub(super) struct Templates {
     /// Types (indices into the pool's `types`) the requirements admit.
     pub(super) compatible: Rc<Vec<u32>>,
     /// One per admitted zone and capacity type.
@@ -68,19 +68,19 @@ pub(crate) struct Templates {
 }
 
 /// A new node's zone, capacity type, requirements, labels and candidate types.
-pub(crate) struct Slot {
-    pub(crate) zone: String,
-    pub(crate) capacity_type: CapacityType,
-    pub(crate) requirements: Rc<Requirements>,
-    pub(crate) labels: Rc<BTreeMap<String, String>>,
-    pub(crate) options: Rc<OptionList>,
+pub(super) struct Slot {
+    pub(super) zone: String,
+    pub(super) capacity_type: CapacityType,
+    pub(super) requirements: Rc<Requirements>,
+    pub(super) labels: Rc<BTreeMap<String, String>>,
+    pub(super) options: Rc<OptionList>,
 }
 
 /// A planned node's candidate types for its zone and capacity type, cheapest first, with the
 /// per-dimension maximum allocatable over each suffix of the list.
 #[derive(Debug, Default)]
-pub(crate) struct OptionList {
-    pub(crate) types: Vec<u32>,
+pub(super) struct OptionList {
+    pub(super) types: Vec<u32>,
     pub(super) suffix_max: Vec<ResV>,
 }
 
@@ -228,7 +228,7 @@ impl Scheduler<'_> {
 
     /// The candidate types for nodes of a pool with these requirements in one zone and
     /// capacity type, cheapest first; shared between nodes.
-    pub(crate) fn option_list(
+    pub(super) fn option_list(
         &self,
         pool: usize,
         requirements: &Requirements,
@@ -263,7 +263,7 @@ impl Scheduler<'_> {
 
     /// Karpenter's `minValues`: the types that still hold `need` must span enough distinct
     /// values of each such key, so a launch can fall back across them.
-    pub(crate) fn min_values_ok(
+    pub(super) fn min_values_ok(
         &self,
         pool: usize,
         options: &[u32],
@@ -376,7 +376,7 @@ impl Scheduler<'_> {
     }
 
     /// A one-off template for a node of pool `pi` with the given requirements.
-    pub(crate) fn slot_for(
+    pub(super) fn slot_for(
         &self,
         pi: usize,
         requirements: Requirements,

@@ -37,7 +37,7 @@ pub(super) struct GroupKey {
 
 /// Pods that one constraint counts, per domain of its topology key.
 #[derive(Debug, Clone)]
-pub(crate) struct Group {
+pub(super) struct Group {
     pub(super) kind: Kind,
     pub(super) key_id: usize,
     pub(super) selector: Selector,
