@@ -3,6 +3,7 @@
 //! packing. Pure: a function of its [`Input`] and [`Options`].
 
 mod exact;
+mod ids;
 mod index;
 pub mod input;
 pub mod packing;

@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 
 use super::exact::{MAX_STATES, MAX_STEPS, MixedClass, pack_exact};
+use super::ids::{PodId, PoolId, TypeId};
 use super::scheduler::{Planning, R, ResV, fits};
 use crate::apis::labels;
 use crate::model::{NodeRequirements, Requirements};
@@ -220,7 +221,7 @@ pub fn pack(types: &[BinType], classes: &[PodClass]) -> Option<Vec<Bin>> {
 }
 
 /// What the packer may move: the pod ids, grouped by NodePool and requirements.
-type Groups = BTreeMap<(usize, String), (NodeRequirements, Vec<usize>)>;
+type Groups = BTreeMap<(PoolId, String), (NodeRequirements, Vec<PodId>)>;
 
 /// Re-packs unconstrained pods of the planned nodes; keeps the greedy result unless the
 /// re-packed plan is valid and cheaper.
@@ -257,7 +258,7 @@ fn try_repack(s: &mut Planning<'_, '_>) -> Option<()> {
         }
     }
     // 2. Their free room takes lifted pods, largest first, without changing their type.
-    let mut lifted: Vec<usize> = groups
+    let mut lifted: Vec<PodId> = groups
         .values()
         .flat_map(|(_, ps)| ps.iter().copied())
         .collect();
@@ -283,9 +284,9 @@ fn try_repack(s: &mut Planning<'_, '_>) -> Option<()> {
     let mut placed_in_slack = std::collections::BTreeSet::new();
     for &p in &lifted {
         let need = s.request(p).unwrap_or([0; R]);
-        let mut from = 0;
-        while let Some(n) = s.first_fit(from, need) {
-            from = n + 1;
+        let mut after = None;
+        while let Some(n) = s.first_fit(need, after) {
+            after = Some(n);
             if !s.is_kept(n) {
                 continue;
             }
@@ -304,10 +305,10 @@ fn try_repack(s: &mut Planning<'_, '_>) -> Option<()> {
     }
     // 3. The rest, on new nodes: a small input exactly, with the groups of a pool sharing
     // nodes where a type admits them all; otherwise by cost efficiency, group by group.
-    let rest: Vec<(usize, NodeRequirements, Vec<usize>)> = groups
+    let rest: Vec<(PoolId, NodeRequirements, Vec<PodId>)> = groups
         .into_iter()
         .map(|((pool, _), (reqs, pods))| {
-            let pods: Vec<usize> = pods
+            let pods: Vec<PodId> = pods
                 .into_iter()
                 .filter(|p| !placed_in_slack.contains(p))
                 .collect();
@@ -349,7 +350,7 @@ pub const EXACT_MAX_PODS: usize = 40;
 
 /// The requirements a new node of pool `pi` has for pods with requirements `reqs`: the
 /// pool's and the first alternative compatible with them that some type meets.
-fn group_base(s: &Planning<'_, '_>, pi: usize, reqs: &NodeRequirements) -> Option<Requirements> {
+fn group_base(s: &Planning<'_, '_>, pi: PoolId, reqs: &NodeRequirements) -> Option<Requirements> {
     let pool = s.pool(pi);
     reqs.alternatives()
         .iter()
@@ -374,8 +375,8 @@ fn admitted(base: &Requirements, o: &crate::model::Offering) -> bool {
 
 /// The types (indices into the pool's types) a node with requirements `base` may be, each
 /// at its cheapest admitted offering.
-fn bin_types(s: &Planning<'_, '_>, pi: usize, base: &Requirements) -> (Vec<usize>, Vec<BinType>) {
-    let mut shapes: Vec<usize> = Vec::new();
+fn bin_types(s: &Planning<'_, '_>, pi: PoolId, base: &Requirements) -> (Vec<TypeId>, Vec<BinType>) {
+    let mut shapes: Vec<TypeId> = Vec::new();
     let mut types = Vec::new();
     if base.iter().any(|r| r.is_empty()) {
         return (shapes, types);
@@ -405,11 +406,11 @@ fn bin_types(s: &Planning<'_, '_>, pi: usize, base: &Requirements) -> (Vec<usize
 /// that price, the zone with the fewest planned nodes.
 fn open_node(
     s: &mut Planning<'_, '_>,
-    pi: usize,
+    pi: PoolId,
     base: &Requirements,
-    t: usize,
+    t: TypeId,
     price: f64,
-    pods: &[usize],
+    pods: &[PodId],
 ) -> Option<()> {
     let it = s.instance_type(pi, t);
     let load = |z: &str| s.planned_in_zone(pi, z);
@@ -434,19 +435,19 @@ fn open_node(
 }
 
 /// A new node of an exact packing: pool, requirements, type, price and pods.
-type SmallNode = (usize, Requirements, usize, f64, Vec<usize>);
+type SmallNode = (PoolId, Requirements, TypeId, f64, Vec<PodId>);
 
 /// The exact packing of a small input, pool by pool, without changing the plan; pods of
 /// different requirement groups share a node when a type admits them all (an
 /// unconstrained pod fills an arm64 node's room). `None` when the search is too large.
 fn plan_small(
     s: &Planning<'_, '_>,
-    rest: &[(usize, NodeRequirements, Vec<usize>)],
+    rest: &[(PoolId, NodeRequirements, Vec<PodId>)],
 ) -> Option<Vec<SmallNode>> {
-    let pools: std::collections::BTreeSet<usize> = rest.iter().map(|(pi, _, _)| *pi).collect();
+    let pools: std::collections::BTreeSet<PoolId> = rest.iter().map(|(pi, _, _)| *pi).collect();
     let mut out = Vec::new();
     for pi in pools {
-        let groups: Vec<(&NodeRequirements, &Vec<usize>)> = rest
+        let groups: Vec<(&NodeRequirements, &Vec<PodId>)> = rest
             .iter()
             .filter(|(p, _, _)| *p == pi)
             .map(|(_, reqs, pods)| (reqs, pods))
@@ -458,7 +459,7 @@ fn plan_small(
             .iter()
             .map(|(reqs, _)| group_base(s, pi, reqs))
             .collect::<Option<_>>()?;
-        let mut by_class: BTreeMap<(usize, ResV), Vec<usize>> = BTreeMap::new();
+        let mut by_class: BTreeMap<(usize, ResV), Vec<PodId>> = BTreeMap::new();
         for (g, (_, pods)) in groups.iter().enumerate() {
             for &p in *pods {
                 by_class.entry((g, s.request(p)?)).or_default().push(p);
@@ -472,9 +473,9 @@ fn plan_small(
                 group: *g,
             })
             .collect();
-        let mut members: Vec<Vec<usize>> = by_class.into_values().collect();
+        let mut members: Vec<Vec<PodId>> = by_class.into_values().collect();
         // Per group mask: the node's requirements and its types.
-        let mut by_mask: BTreeMap<u64, (Requirements, Vec<usize>)> = BTreeMap::new();
+        let mut by_mask: BTreeMap<u64, (Requirements, Vec<TypeId>)> = BTreeMap::new();
         let mut types_for = |mask: u64| {
             let mut base = s.pool(pi).requirements.clone();
             for (g, b) in bases.iter().enumerate() {
@@ -505,15 +506,15 @@ fn plan_small(
 /// the plan.
 fn plan_group(
     s: &Planning<'_, '_>,
-    pi: usize,
+    pi: PoolId,
     reqs: &NodeRequirements,
-    pods: &[usize],
+    pods: &[PodId],
 ) -> Option<Vec<SmallNode>> {
     let base = group_base(s, pi, reqs)?;
     // Bin types: every compatible type at its cheapest admitted offering.
     let (shapes, types) = bin_types(s, pi, &base);
     // Pod classes: identical requests.
-    let mut by_req: BTreeMap<ResV, Vec<usize>> = BTreeMap::new();
+    let mut by_req: BTreeMap<ResV, Vec<PodId>> = BTreeMap::new();
     for &p in pods {
         by_req.entry(s.request(p)?).or_default().push(p);
     }
@@ -524,7 +525,7 @@ fn plan_group(
             count: ps.len(),
         })
         .collect();
-    let mut members: Vec<Vec<usize>> = by_req.into_values().collect();
+    let mut members: Vec<Vec<PodId>> = by_req.into_values().collect();
     let bins = pack(&types, &classes)?;
     let mut out = Vec::with_capacity(bins.len());
     for bin in bins {

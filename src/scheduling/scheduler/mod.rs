@@ -25,6 +25,7 @@ use std::rc::Rc;
 // Fx hashing: the keys are our own strings and requirement sets, not attacker input.
 use rustc_hash::FxHashMap as HashMap;
 
+use super::ids::{Id, IdVec, NodeId, PodId, PoolId, TypeId};
 use super::index::NodeIndex;
 use super::input::Input;
 use super::pod::PodInfo;
@@ -86,8 +87,8 @@ struct PodState<'a> {
     anti_targets: Vec<usize>,
     /// Groups this pod owns as a required anti-affinity term.
     owns_anti: Vec<usize>,
-    /// Placement: node index.
-    node: Option<usize>,
+    /// The node it is on.
+    node: Option<NodeId>,
     /// The node requirements in force when the placement pass placed the pod: its required
     /// terms plus the preferred terms it did not have to relax. The packer moves the pod
     /// only within these, so a preference relaxed nowhere is not dropped for a cheaper
@@ -100,13 +101,13 @@ struct PodState<'a> {
 pub(crate) struct Scheduler<'a> {
     input: &'a Input,
     dims: Dims,
-    pods: Vec<PodState<'a>>,
-    nodes: Vec<Node>,
+    pods: IdVec<PodId, PodState<'a>>,
+    nodes: IdVec<NodeId, Node>,
     groups: Vec<Group>,
     keys: Vec<String>,
     domains: Vec<Interner>,
-    pools: Vec<PoolState>,
-    unschedulable: Vec<(usize, String)>,
+    pools: IdVec<PoolId, PoolState>,
+    unschedulable: Vec<(PodId, String)>,
     options: Options,
     /// First-fit index over nodes.
     index: NodeIndex,
@@ -117,7 +118,7 @@ pub(crate) struct Scheduler<'a> {
     /// New-node templates by pool and pod requirements.
     template_cache: RefCell<HashMap<TemplateKey, Rc<Templates>>>,
     /// Compatible types by pool and requirements.
-    compatible_cache: RefCell<HashMap<CompatibleKey, Rc<Vec<u32>>>>,
+    compatible_cache: RefCell<HashMap<CompatibleKey, Rc<Vec<TypeId>>>>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -141,12 +142,12 @@ impl<'a> Scheduler<'a> {
         let mut s = Scheduler {
             input,
             dims,
-            pods: Vec::new(),
-            nodes: Vec::new(),
+            pods: IdVec::new(),
+            nodes: IdVec::new(),
             groups: Vec::new(),
             keys: Vec::new(),
             domains: Vec::new(),
-            pools: Vec::new(),
+            pools: IdVec::new(),
             unschedulable: Vec::new(),
             options,
             index: NodeIndex::default(),
@@ -284,19 +285,18 @@ impl<'a> Scheduler<'a> {
         // Existing nodes, with their pods counted.
         let mut pod_id = input.pending.len();
         for n in &input.nodes {
-            let idx = self.nodes.len();
             let node = self.existing_node(n);
-            self.nodes.push(node);
-            self.reindex(idx);
+            let id = self.nodes.push(node);
+            self.reindex(id);
             for _ in &n.pods {
-                self.place(pod_id, idx);
+                self.place(PodId::new(pod_id), id);
                 pod_id += 1;
             }
         }
     }
 
     /// Places one pending pod, relaxing preferences as needed.
-    fn schedule_pod(&mut self, p: usize) {
+    fn schedule_pod(&mut self, p: PodId) {
         if self.pods[p].req.is_none() {
             self.unschedulable.push((
                 p,
@@ -310,13 +310,15 @@ impl<'a> Scheduler<'a> {
         let mut last_reasons = Vec::new();
         for level in 0..=softs.len() {
             let active = self.active(p, &softs[..level]);
-            let can_create =
-                (0..self.pools.len()).any(|pi| self.pool_admits(pi, p, &active).is_ok());
+            let can_create = self
+                .pools
+                .ids()
+                .any(|pi| self.pool_admits(pi, p, &active).is_ok());
             // 1. Existing and planned nodes, in order, through the first-fit index.
             let query = self.query(p, &active, can_create);
             let mut from = 0;
             let mut placed = None;
-            while let Some(n) = self.index.first(from, &query) {
+            while let Some(n) = self.index.first(from, &query).map(NodeId::new) {
                 if self.nodes[n].is_planned() {
                     if let Ok(fit) = self.try_planned(p, n, &active, can_create) {
                         self.apply_planned(n, fit);
@@ -327,7 +329,7 @@ impl<'a> Scheduler<'a> {
                     placed = Some(n);
                     break;
                 }
-                from = n + 1;
+                from = n.index() + 1;
             }
             if let Some(n) = placed {
                 self.place(p, n);
@@ -348,11 +350,14 @@ impl<'a> Scheduler<'a> {
         self.unschedulable.push((p, reason));
     }
 
-    fn explain(&self, p: usize, active: &Active, pool_reasons: &[String]) -> String {
-        let can_create = (0..self.pools.len()).any(|pi| self.pool_admits(pi, p, active).is_ok());
+    fn explain(&self, p: PodId, active: &Active, pool_reasons: &[String]) -> String {
+        let can_create = self
+            .pools
+            .ids()
+            .any(|pi| self.pool_admits(pi, p, active).is_ok());
         let mut by_reason: BTreeMap<String, usize> = BTreeMap::new();
         let mut counted = 0;
-        for (n, node) in self.nodes.iter().enumerate() {
+        for (n, node) in self.nodes.enumerate() {
             if node.retired {
                 continue;
             }
@@ -384,7 +389,7 @@ impl<'a> Scheduler<'a> {
     /// Runs the placement pass over every pending pod.
     pub(crate) fn run(&mut self) {
         let pending = self.input.pending.len();
-        let mut order: Vec<usize> = (0..pending).collect();
+        let mut order: Vec<PodId> = (0..pending).map(PodId::new).collect();
         // Largest first (CPU, then memory), as Karpenter orders its queue; name breaks ties
         // so the result does not depend on input order.
         order.sort_by(|&a, &b| {

@@ -12,6 +12,7 @@ use super::resources::{R, ResV, fits, sub};
 use super::templates::{OptionList, Slot};
 use crate::apis::labels;
 use crate::model::{CapacityType, Requirements};
+use crate::scheduling::ids::{Id, NodeId, PodId, PoolId, TypeId};
 use crate::scheduling::input::ExistingNode;
 use crate::scheduling::pod::HostPort;
 
@@ -19,7 +20,7 @@ use crate::scheduling::pod::HostPort;
 pub(super) enum NodeKind {
     Existing,
     Planned {
-        pool: usize,
+        pool: PoolId,
         zone: String,
         capacity_type: CapacityType,
     },
@@ -44,7 +45,7 @@ pub(super) struct Node {
     pub(super) options: Rc<OptionList>,
     /// Planned: position in `options` of the cheapest type that holds `used`.
     pub(super) pos: usize,
-    pub(super) pods: Vec<usize>,
+    pub(super) pods: Vec<PodId>,
     pub(super) host_ports: Vec<HostPort>,
     /// Domain per topology key in use.
     pub(super) domains: Vec<Option<u32>>,
@@ -111,8 +112,8 @@ impl Scheduler<'_> {
 
     /// Appends an empty planned node with the given requirements; its options are every
     /// compatible type offered in its zone and capacity type, cheapest first.
-    pub(super) fn push_planned(&mut self, pi: usize, name: String, slot: &Slot) -> usize {
-        let pool = &self.input.pools[pi];
+    pub(super) fn push_planned(&mut self, pi: PoolId, name: String, slot: &Slot) -> NodeId {
+        let pool = &self.input.pools[pi.index()];
         let mut node = Node {
             name,
             kind: NodeKind::Planned {
@@ -137,14 +138,13 @@ impl Scheduler<'_> {
             owner_mask: 0,
         };
         node.domains = self.node_domains(&node);
-        let n = self.nodes.len();
-        self.nodes.push(node);
+        let n = self.nodes.push(node);
         self.reindex(n);
         n
     }
 
     /// Updates node `n` in the first-fit index.
-    pub(super) fn reindex(&mut self, n: usize) {
+    pub(super) fn reindex(&mut self, n: NodeId) {
         let node = &self.nodes[n];
         let open = !node.retired && !node.cordoned;
         let value = open.then(|| {
@@ -154,12 +154,12 @@ impl Scheduler<'_> {
                 node.owner_mask,
             )
         });
-        self.index.set(n, value);
+        self.index.set(n.index(), value);
     }
 
     /// Recomputes a planned node's per-dimension upper bound over the types from its
     /// cheapest fitting one on (cheaper types that cannot hold its pods never will).
-    pub(super) fn refresh_upper(&mut self, n: usize) {
+    pub(super) fn refresh_upper(&mut self, n: NodeId) {
         let node = &mut self.nodes[n];
         if node.is_planned() {
             node.cap_upper = node.options.upper(node.pos);
@@ -170,7 +170,7 @@ impl Scheduler<'_> {
     /// Recomputes a planned node's options from its pool (after pods left it), its
     /// cheapest fitting type and the capacity it counts against the pool's limits. An
     /// empty node is retired and its node count given back.
-    pub(super) fn rebuild_options(&mut self, n: usize) {
+    pub(super) fn rebuild_options(&mut self, n: NodeId) {
         let NodeKind::Planned {
             pool,
             ref zone,
@@ -186,7 +186,7 @@ impl Scheduler<'_> {
         let pos = options
             .types
             .iter()
-            .position(|&t| fits(&node.used, &types[t as usize].alloc))
+            .position(|&t| fits(&node.used, &types[t].alloc))
             .unwrap_or(options.types.len());
         let reserved = if node.pods.is_empty() {
             [0; R]
@@ -194,7 +194,7 @@ impl Scheduler<'_> {
             options
                 .types
                 .get(pos)
-                .map_or(node.reserved, |&t| types[t as usize].capacity)
+                .map_or(node.reserved, |&t| types[t].capacity)
         };
         let delta = sub(&reserved, &node.reserved);
         self.pools[pool].charge(&delta);
@@ -206,7 +206,7 @@ impl Scheduler<'_> {
     }
 
     /// Gives back an emptied planned node.
-    pub(super) fn retire(&mut self, n: usize) {
+    pub(super) fn retire(&mut self, n: NodeId) {
         let NodeKind::Planned { pool, ref zone, .. } = self.nodes[n].kind else {
             return;
         };
@@ -231,7 +231,7 @@ impl Scheduler<'_> {
 
     /// The price and instance type index chosen for a planned node: its cheapest option
     /// that holds its pods.
-    pub(super) fn chosen_type(&self, n: usize) -> Option<(usize, f64, bool)> {
+    pub(super) fn chosen_type(&self, n: NodeId) -> Option<(TypeId, f64, bool)> {
         let node = &self.nodes[n];
         let NodeKind::Planned {
             pool,
@@ -242,16 +242,16 @@ impl Scheduler<'_> {
             return None;
         };
         let types = &self.pools[pool].types;
-        let its = &self.input.pools[pool].instance_types;
+        let its = &self.input.pools[pool.index()].instance_types;
         node.options.types[node.pos.min(node.options.types.len())..]
             .iter()
-            .find(|&&t| fits(&node.used, &types[t as usize].alloc))
+            .find(|&&t| fits(&node.used, &types[t].alloc))
             .and_then(|&t| {
-                let it = &its[types[t as usize].index];
+                let it = &its[types[t].index];
                 it.offerings
                     .iter()
                     .find(|o| o.zone == *zone && o.capacity_type == capacity_type)
-                    .map(|o| (t as usize, o.price_per_hour, o.price_is_estimate))
+                    .map(|o| (t, o.price_per_hour, o.price_is_estimate))
             })
     }
 }

@@ -8,6 +8,7 @@ use super::nodes::NodeKind;
 use super::resources::{add, fits};
 use crate::apis::labels;
 use crate::model::quantity::{format_milli, format_value};
+use crate::scheduling::ids::Id;
 use crate::scheduling::plan::{
     CpuMemory, ExistingPlacement, Plan, PlannedNodeClaim, Summary, Unschedulable,
 };
@@ -21,12 +22,12 @@ impl Scheduler<'_> {
         let mut node_claims = Vec::new();
         let mut on_existing: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut scheduled_on_new = 0;
-        for (n, node) in self.nodes.iter().enumerate() {
+        for (n, node) in self.nodes.enumerate() {
             let mine: Vec<String> = {
                 let mut v: Vec<String> = node
                     .pods
                     .iter()
-                    .filter(|&&p| p < pending)
+                    .filter(|&&p| p.index() < pending)
                     .map(|&p| self.pods[p].info.key.clone())
                     .collect();
                 v.sort();
@@ -49,7 +50,7 @@ impl Scheduler<'_> {
                     let Some((t, price, estimate)) = self.chosen_type(n) else {
                         continue;
                     };
-                    let pool_in = &self.input.pools[*pool];
+                    let pool_in = &self.input.pools[pool.index()];
                     let ti = &self.pools[*pool].types[t];
                     let it = &pool_in.instance_types[ti.index];
                     let requests = add(&node.used, &ti.overhead);
@@ -65,7 +66,7 @@ impl Scheduler<'_> {
                         .options
                         .types
                         .iter()
-                        .map(|&o| &self.pools[*pool].types[o as usize])
+                        .map(|&o| &self.pools[*pool].types[o])
                         .filter(|o| o.index != ti.index && fits(&node.used, &o.alloc))
                         .take(5)
                         .map(|o| pool_in.instance_types[o.index].name.clone())

@@ -12,6 +12,7 @@ use super::templates::OptionList;
 use super::topology::{Kind, at, bump};
 use crate::apis::labels;
 use crate::model::{NodeRequirements, Requirements};
+use crate::scheduling::ids::{Id, NodeId, PodId, PoolId, TypeId};
 use crate::scheduling::index::Query;
 use crate::scheduling::taints;
 
@@ -46,7 +47,7 @@ pub(super) struct PlannedFit {
 
 impl Scheduler<'_> {
     /// Records pod `p` on node `n`: resources, ports, topology counts.
-    pub(super) fn place(&mut self, p: usize, n: usize) {
+    pub(super) fn place(&mut self, p: PodId, n: NodeId) {
         let req = self.pods[p].req.unwrap_or([0; R]);
         let node = &mut self.nodes[n];
         node.used = add(&node.used, &req);
@@ -77,7 +78,7 @@ impl Scheduler<'_> {
     }
 
     /// Reverses [`Scheduler::place`] (used by the packer).
-    pub(super) fn unplace(&mut self, p: usize) {
+    pub(super) fn unplace(&mut self, p: PodId) {
         let Some(n) = self.pods[p].node.take() else {
             return;
         };
@@ -180,7 +181,7 @@ impl Scheduler<'_> {
         })
     }
 
-    pub(super) fn ports_free(&self, p: usize, n: usize) -> bool {
+    pub(super) fn ports_free(&self, p: PodId, n: NodeId) -> bool {
         self.pods[p]
             .info
             .host_ports
@@ -190,7 +191,7 @@ impl Scheduler<'_> {
 
     /// What node `n` would have in use with pod `p` added, if that is within the node's
     /// upper bound.
-    pub(super) fn room_for(&self, p: usize, n: usize) -> Result<ResV, Reject> {
+    pub(super) fn room_for(&self, p: PodId, n: NodeId) -> Result<ResV, Reject> {
         let node = &self.nodes[n];
         let req = self.pods[p].req.ok_or(Reject::Static(
             "requests an extended resource this pass cannot track",
@@ -205,8 +206,8 @@ impl Scheduler<'_> {
     /// Tries pod `p` on existing node `n`.
     pub(super) fn try_existing(
         &self,
-        p: usize,
-        n: usize,
+        p: PodId,
+        n: NodeId,
         active: &Active,
         can_create: bool,
     ) -> Result<(), Reject> {
@@ -236,8 +237,8 @@ impl Scheduler<'_> {
     /// (if they changed), the surviving options and the new cheapest position.
     pub(super) fn try_planned(
         &self,
-        p: usize,
-        n: usize,
+        p: PodId,
+        n: NodeId,
         active: &Active,
         can_create: bool,
     ) -> Result<PlannedFit, Reject> {
@@ -291,18 +292,18 @@ impl Scheduler<'_> {
                 (Some(narrowed), Some(kept))
             }
         };
-        let opts: &[u32] = &options.as_ref().unwrap_or(&node.options).types;
+        let opts: &[TypeId] = &options.as_ref().unwrap_or(&node.options).types;
         let types = &self.pools[pool].types;
         let start = if options.is_some() { 0 } else { node.pos };
         let pos = (start..opts.len())
-            .find(|&i| fits(&need, &types[opts[i] as usize].alloc))
+            .find(|&i| fits(&need, &types[opts[i]].alloc))
             .ok_or(Reject::Static(
                 "no instance type left on this node holds the pod",
             ))?;
         self.min_values_ok(pool, &opts[pos..], &need)
             .map_err(Reject::Owned)?;
         // Limits: the node now counts as its cheapest fitting type.
-        let new_reserved = types[opts[pos] as usize].capacity;
+        let new_reserved = types[opts[pos]].capacity;
         let delta = sub(&new_reserved, &node.reserved);
         let remaining = &self.pools[pool].remaining;
         if (0..R).any(|i| remaining[i] != i64::MAX && delta[i] > remaining[i]) {
@@ -317,7 +318,7 @@ impl Scheduler<'_> {
         })
     }
 
-    pub(super) fn apply_planned(&mut self, n: usize, fit: PlannedFit) {
+    pub(super) fn apply_planned(&mut self, n: NodeId, fit: PlannedFit) {
         let NodeKind::Planned { pool, .. } = self.nodes[n].kind else {
             return;
         };
@@ -345,12 +346,15 @@ impl Scheduler<'_> {
     }
 
     /// Creates a node for pod `p` from the first pool (by weight) that can hold it.
-    pub(super) fn create_node(&mut self, p: usize, active: &Active) -> Result<usize, Vec<String>> {
+    pub(super) fn create_node(&mut self, p: PodId, active: &Active) -> Result<NodeId, Vec<String>> {
         let mut reasons = Vec::new();
-        for pi in 0..self.pools.len() {
+        for pi in self.pools.ids() {
             match self.plan_new(pi, p, active) {
                 Ok(n) => return Ok(n),
-                Err(r) => reasons.push(format!("nodepool {}: {r}", self.input.pools[pi].name)),
+                Err(r) => reasons.push(format!(
+                    "nodepool {}: {r}",
+                    self.input.pools[pi.index()].name
+                )),
             }
         }
         if self.pools.is_empty() {
@@ -361,16 +365,16 @@ impl Scheduler<'_> {
 
     pub(super) fn plan_new(
         &mut self,
-        pi: usize,
-        p: usize,
+        pi: PoolId,
+        p: PodId,
         active: &Active,
-    ) -> Result<usize, String> {
+    ) -> Result<NodeId, String> {
         self.pool_admits(pi, p, active)?;
         let req = self.pods[p]
             .req
             .ok_or("requests an extended resource this pass cannot track")?;
         let input = self.input;
-        let pool = &input.pools[pi];
+        let pool = &input.pools[pi.index()];
         if self.pools[pi].nodes_remaining <= 0 {
             return Err("node limit reached".to_string());
         }
@@ -397,7 +401,7 @@ impl Scheduler<'_> {
                     templates
                         .compatible
                         .iter()
-                        .any(|&t| fits(&req, &self.pools[pi].types[t as usize].alloc))
+                        .any(|&t| fits(&req, &self.pools[pi].types[t].alloc))
                 })
                 .or(compatible.first())
                 .map(|a| (*a).clone())
@@ -407,13 +411,13 @@ impl Scheduler<'_> {
         let its = &pool.instance_types;
         // Types compatible with the requirements that hold the pod.
         let compatible = &templates.compatible;
-        let mut candidates: Vec<u32> = Vec::new();
-        let mut largest: Option<u32> = None;
+        let mut candidates: Vec<TypeId> = Vec::new();
+        let mut largest: Option<TypeId> = None;
         let compatible_count = compatible.len();
         for &t in compatible.iter() {
-            let ti = &state.types[t as usize];
+            let ti = &state.types[t];
             if largest.is_none_or(|l| {
-                let a = &state.types[l as usize].alloc;
+                let a = &state.types[l].alloc;
                 (ti.alloc[1], ti.alloc[0]) > (a[1], a[0])
             }) {
                 largest = Some(t);
@@ -435,11 +439,11 @@ impl Scheduler<'_> {
             }
             let any_fits = compatible
                 .iter()
-                .any(|&t| fits(&req, &state.types[t as usize].alloc));
+                .any(|&t| fits(&req, &state.types[t].alloc));
             if any_fits {
                 return Err("limits reached".to_string());
             }
-            let l = largest.map(|l| &state.types[l as usize]);
+            let l = largest.map(|l| &state.types[l]);
             let short = (0..R)
                 .find(|&i| l.is_some_and(|l| req[i] > l.alloc[i]))
                 .unwrap_or(0);
@@ -459,7 +463,7 @@ impl Scheduler<'_> {
         // there, checked below against the pod's topology on zone.
         let mut is_candidate = vec![false; state.types.len()];
         for &t in &candidates {
-            is_candidate[t as usize] = true;
+            is_candidate[t.index()] = true;
         }
         let mut choices: Vec<(usize, f64)> = Vec::new();
         for (i, slot) in templates.slots.iter().enumerate() {
@@ -467,11 +471,11 @@ impl Scheduler<'_> {
                 .options
                 .types
                 .iter()
-                .find(|&&t| is_candidate[t as usize])
+                .find(|&&t| is_candidate[t.index()])
             else {
                 continue;
             };
-            let price = its[state.types[t as usize].index]
+            let price = its[state.types[t].index]
                 .offerings
                 .iter()
                 .find(|o| o.zone == slot.zone && o.capacity_type == slot.capacity_type)
@@ -573,7 +577,7 @@ impl Scheduler<'_> {
             }
             Err(e) => {
                 // Roll back the empty node.
-                self.index.set(n, None);
+                self.index.set(n.index(), None);
                 let node = self.nodes.pop();
                 let state = &mut self.pools[pi];
                 state.nodes_remaining += 1;
@@ -593,7 +597,7 @@ impl Scheduler<'_> {
 
     /// The index query for a pod: its requests, and the hostname-keyed groups whose
     /// presence on a node rules the node out.
-    pub(super) fn query(&self, p: usize, active: &Active, can_create: bool) -> Query {
+    pub(super) fn query(&self, p: PodId, active: &Active, can_create: bool) -> Query {
         let pod = &self.pods[p];
         let mut q = Query {
             need: pod.req.unwrap_or([0; R]),

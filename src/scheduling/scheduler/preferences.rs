@@ -5,6 +5,7 @@
 use super::Scheduler;
 use super::topology::Con;
 use crate::model::{NodeRequirements, Requirements};
+use crate::scheduling::ids::PodId;
 
 /// What can be relaxed, in the order Karpenter relaxes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +28,7 @@ pub(super) struct Active {
 
 impl Scheduler<'_> {
     /// The relaxation steps available for a pod, in order.
-    pub(super) fn softs(&self, p: usize) -> Vec<Soft> {
+    pub(super) fn softs(&self, p: PodId) -> Vec<Soft> {
         let pod = &self.pods[p];
         let mut out: Vec<Soft> = (0..pod.soft_spread.len()).map(Soft::Spread).collect();
         // Lightest preferences go first: the lists are sorted heaviest first.
@@ -38,7 +39,7 @@ impl Scheduler<'_> {
         out
     }
 
-    pub(super) fn active(&self, p: usize, relaxed: &[Soft]) -> Active {
+    pub(super) fn active(&self, p: PodId, relaxed: &[Soft]) -> Active {
         let pod = &self.pods[p];
         let mut cons = pod.required.clone();
         for (i, c) in pod.soft_spread.iter().enumerate() {

@@ -10,6 +10,7 @@ use super::preferences::Active;
 use super::resources::{R, ResV, add, fits, sub, vmax};
 use crate::apis::labels;
 use crate::model::{CapacityType, Dimension, Requirement, Requirements};
+use crate::scheduling::ids::{Id, IdVec, PodId, PoolId, TypeId};
 use crate::scheduling::input::Pool;
 use crate::scheduling::taints;
 
@@ -28,7 +29,7 @@ pub(super) struct TypeInfo {
 
 #[derive(Debug, Clone)]
 pub(super) struct PoolState {
-    pub(super) types: Vec<TypeInfo>,
+    pub(super) types: IdVec<TypeId, TypeInfo>,
     /// Remaining limit per dimension (`i64::MAX` when unlimited).
     pub(super) remaining: ResV,
     pub(super) nodes_remaining: i64,
@@ -51,18 +52,18 @@ impl PoolState {
 }
 
 /// Option lists are keyed by pool, node requirements, zone and capacity type.
-pub(super) type OptionKey = (usize, Requirements, String, CapacityType);
+pub(super) type OptionKey = (PoolId, Requirements, String, CapacityType);
 
 /// Compatible type lists are keyed by pool and requirements.
-pub(super) type CompatibleKey = (usize, Requirements);
+pub(super) type CompatibleKey = (PoolId, Requirements);
 
 /// Templates are keyed by pool and the pod's requirements (`None`: none).
-pub(super) type TemplateKey = (usize, Option<Requirements>);
+pub(super) type TemplateKey = (PoolId, Option<Requirements>);
 
 /// How new nodes of one pool are made for pods with given requirements.
 pub(super) struct Templates {
     /// Types (indices into the pool's `types`) the requirements admit.
-    pub(super) compatible: Rc<Vec<u32>>,
+    pub(super) compatible: Rc<Vec<TypeId>>,
     /// One per admitted zone and capacity type.
     pub(super) slots: Vec<Slot>,
 }
@@ -80,12 +81,12 @@ pub(super) struct Slot {
 /// per-dimension maximum allocatable over each suffix of the list.
 #[derive(Debug, Default)]
 pub(super) struct OptionList {
-    pub(super) types: Vec<u32>,
+    pub(super) types: Vec<TypeId>,
     pub(super) suffix_max: Vec<ResV>,
 }
 
 impl OptionList {
-    pub(super) fn new(types: Vec<u32>, alloc: impl Fn(u32) -> ResV) -> Self {
+    pub(super) fn new(types: Vec<TypeId>, alloc: impl Fn(TypeId) -> ResV) -> Self {
         let mut suffix_max = vec![[0; R]; types.len() + 1];
         for i in (0..types.len()).rev() {
             suffix_max[i] = vmax(&suffix_max[i + 1], &alloc(types[i]));
@@ -117,7 +118,7 @@ pub(super) fn first_ok<E, I: Iterator<Item = Result<(), E>>>(mut it: I) -> Resul
 
 impl Scheduler<'_> {
     pub(super) fn pool_state(&self, pool: &Pool) -> PoolState {
-        let mut types = Vec::new();
+        let mut types = IdVec::new();
         for (index, it) in pool.instance_types.iter().enumerate() {
             let (Some(alloc), Some(capacity)) =
                 (self.dims.vec(&it.allocatable), self.dims.vec(&it.capacity))
@@ -205,21 +206,20 @@ impl Scheduler<'_> {
     /// The pool's types (indices into its `types`) whose labels these requirements admit.
     pub(super) fn compatible_types(
         &self,
-        pool: usize,
+        pool: PoolId,
         requirements: &Requirements,
-    ) -> Rc<Vec<u32>> {
+    ) -> Rc<Vec<TypeId>> {
         let key = (pool, requirements.clone());
         if let Some(list) = self.compatible_cache.borrow().get(&key) {
             return list.clone();
         }
-        let its = &self.input.pools[pool].instance_types;
-        let list: Rc<Vec<u32>> = Rc::new(
+        let its = &self.input.pools[pool.index()].instance_types;
+        let list: Rc<Vec<TypeId>> = Rc::new(
             self.pools[pool]
                 .types
-                .iter()
                 .enumerate()
                 .filter(|(_, ti)| its[ti.index].requirements.intersects(requirements).is_ok())
-                .map(|(t, _)| t as u32)
+                .map(|(t, _)| t)
                 .collect(),
         );
         self.compatible_cache.borrow_mut().insert(key, list.clone());
@@ -230,7 +230,7 @@ impl Scheduler<'_> {
     /// capacity type, cheapest first; shared between nodes.
     pub(super) fn option_list(
         &self,
-        pool: usize,
+        pool: PoolId,
         requirements: &Requirements,
         zone: &str,
         ct: CapacityType,
@@ -239,11 +239,11 @@ impl Scheduler<'_> {
         if let Some(list) = self.option_cache.borrow().get(&key) {
             return list.clone();
         }
-        let its = &self.input.pools[pool].instance_types;
+        let its = &self.input.pools[pool.index()].instance_types;
         let types = &self.pools[pool].types;
-        let mut options: Vec<(f64, u32)> = Vec::new();
+        let mut options: Vec<(f64, TypeId)> = Vec::new();
         for &t in self.compatible_types(pool, requirements).iter() {
-            let it = &its[types[t as usize].index];
+            let it = &its[types[t].index];
             if let Some(o) = it
                 .offerings
                 .iter()
@@ -255,7 +255,7 @@ impl Scheduler<'_> {
         options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let list = Rc::new(OptionList::new(
             options.into_iter().map(|(_, t)| t).collect(),
-            |t| types[t as usize].alloc,
+            |t| types[t].alloc,
         ));
         self.option_cache.borrow_mut().insert(key, list.clone());
         list
@@ -265,19 +265,19 @@ impl Scheduler<'_> {
     /// values of each such key, so a launch can fall back across them.
     pub(super) fn min_values_ok(
         &self,
-        pool: usize,
-        options: &[u32],
+        pool: PoolId,
+        options: &[TypeId],
         need: &ResV,
     ) -> Result<(), String> {
         let state = &self.pools[pool];
         if state.min_values.is_empty() {
             return Ok(());
         }
-        let its = &self.input.pools[pool].instance_types;
+        let its = &self.input.pools[pool.index()].instance_types;
         for (key, min) in &state.min_values {
             let values: BTreeSet<&str> = options
                 .iter()
-                .map(|&t| &state.types[t as usize])
+                .map(|&t| &state.types[t])
                 .filter(|ti| fits(need, &ti.alloc))
                 .filter_map(|ti| {
                     its[ti.index]
@@ -297,8 +297,8 @@ impl Scheduler<'_> {
     }
 
     /// Whether pool `pi` could ever take pod `p` (taints and requirements).
-    pub(super) fn pool_admits(&self, pi: usize, p: usize, active: &Active) -> Result<(), String> {
-        let pool = &self.input.pools[pi];
+    pub(super) fn pool_admits(&self, pi: PoolId, p: PodId, active: &Active) -> Result<(), String> {
+        let pool = &self.input.pools[pi.index()];
         let pod = &self.pods[p];
         if let Some(t) = taints::untolerated(
             &pool.taints,
@@ -324,12 +324,12 @@ impl Scheduler<'_> {
     /// The ways a new node of pool `pi` can be made for pods with requirements `alt`
     /// (`None`: no requirements): compatible types, and per admitted zone and capacity type
     /// the node's requirements, labels and candidate types. Cached.
-    pub(super) fn templates(&self, pi: usize, alt: Option<&Requirements>) -> Rc<Templates> {
+    pub(super) fn templates(&self, pi: PoolId, alt: Option<&Requirements>) -> Rc<Templates> {
         let key = (pi, alt.cloned());
         if let Some(t) = self.template_cache.borrow().get(&key) {
             return t.clone();
         }
-        let pool = &self.input.pools[pi];
+        let pool = &self.input.pools[pi.index()];
         let base = match alt {
             Some(a) => pool.requirements.intersect(a),
             None => pool.requirements.clone(),
@@ -378,13 +378,13 @@ impl Scheduler<'_> {
     /// A one-off template for a node of pool `pi` with the given requirements.
     pub(super) fn slot_for(
         &self,
-        pi: usize,
+        pi: PoolId,
         requirements: Requirements,
         zone: &str,
         ct: CapacityType,
     ) -> Slot {
         let options = self.option_list(pi, &requirements, zone, ct);
-        let mut node_labels = self.input.pools[pi].labels.clone();
+        let mut node_labels = self.input.pools[pi.index()].labels.clone();
         node_labels.extend(requirements.single_valued_labels());
         Slot {
             zone: zone.to_string(),

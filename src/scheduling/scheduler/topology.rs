@@ -12,6 +12,7 @@ use super::nodes::Node;
 use super::placement::Reject;
 use super::preferences::Active;
 use crate::apis::labels;
+use crate::scheduling::ids::{NodeId, PodId};
 use crate::scheduling::pod::{Namespaces, PodTerm, Selector, Spread};
 use crate::scheduling::taints;
 
@@ -163,7 +164,7 @@ impl Scheduler<'_> {
     }
 
     /// The smallest count over the domains a pod could be placed in, for a spread group.
-    pub(super) fn spread_min(&self, g: usize, p: usize, active: &Active, can_create: bool) -> u32 {
+    pub(super) fn spread_min(&self, g: usize, p: PodId, active: &Active, can_create: bool) -> u32 {
         let group = &self.groups[g];
         let Kind::Spread {
             min_domains,
@@ -186,7 +187,7 @@ impl Scheduler<'_> {
             let interned = &self.domains[group.key_id];
             let mut n_domains = interned.names.len();
             if can_create {
-                for (pi, pool) in self.pools.iter().enumerate() {
+                for (pi, pool) in self.pools.enumerate() {
                     if self.pool_admits(pi, p, active).is_ok() {
                         for z in &pool.zones {
                             if !interned.ids.contains_key(z) {
@@ -230,7 +231,7 @@ impl Scheduler<'_> {
             domains.insert(d);
         }
         if can_create && labels::canonical_key(key) == labels::ZONE {
-            for (pi, pool) in self.pools.iter().enumerate() {
+            for (pi, pool) in self.pools.enumerate() {
                 if self.pool_admits(pi, p, active).is_ok() {
                     // With nodeAffinityPolicy Honor, a zone the pod's node affinity rules
                     // out is no domain of its: no node there could ever count for it.
@@ -268,8 +269,8 @@ impl Scheduler<'_> {
     /// Whether a node's topology domains satisfy the pod's active constraints.
     pub(super) fn topology_ok(
         &self,
-        p: usize,
-        n: usize,
+        p: PodId,
+        n: NodeId,
         active: &Active,
         can_create: bool,
     ) -> Result<(), Reject> {
@@ -298,7 +299,7 @@ impl Scheduler<'_> {
         &self,
         c: &Con,
         d: Option<u32>,
-        p: usize,
+        p: PodId,
         active: &Active,
         can_create: bool,
     ) -> Result<(), Reject> {
