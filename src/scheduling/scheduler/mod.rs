@@ -73,6 +73,7 @@ impl Default for Options {
     }
 }
 
+/// A pod of the pass: its requests, its constraints as groups, and where it is.
 #[derive(Debug)]
 struct PodState<'a> {
     info: &'a PodInfo,

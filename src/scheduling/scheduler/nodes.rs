@@ -16,6 +16,7 @@ use crate::scheduling::ids::{Id, NodeId, PodId, PoolId, TypeId};
 use crate::scheduling::input::ExistingNode;
 use crate::scheduling::pod::HostPort;
 
+/// Whether a node exists or is planned in this pass (with its pool, zone and capacity type).
 #[derive(Debug, Clone)]
 pub(super) enum NodeKind {
     Existing,
@@ -26,6 +27,7 @@ pub(super) enum NodeKind {
     },
 }
 
+/// A node of the pass, existing or planned.
 #[derive(Debug, Clone)]
 pub(super) struct Node {
     pub(super) name: String,

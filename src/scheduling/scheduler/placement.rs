@@ -38,6 +38,8 @@ impl From<String> for Reject {
     }
 }
 
+/// How a planned node changes to take a pod: narrowed requirements and options, the new
+/// cheapest position and the capacity it then counts against its pool's limits.
 pub(super) struct PlannedFit {
     pub(super) requirements: Option<Requirements>,
     pub(super) options: Option<Rc<OptionList>>,

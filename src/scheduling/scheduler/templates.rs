@@ -14,6 +14,7 @@ use crate::scheduling::ids::{Id, IdVec, PodId, PoolId, TypeId};
 use crate::scheduling::input::Pool;
 use crate::scheduling::taints;
 
+/// An instance type a pool can make, with the room its DaemonSets leave.
 #[derive(Debug, Clone)]
 pub(super) struct TypeInfo {
     /// Index into the pool's instance types.
@@ -27,6 +28,8 @@ pub(super) struct TypeInfo {
     pub(super) daemon_sets: Vec<usize>,
 }
 
+/// A NodePool during the pass: its types, what its limits still allow, its zones and its
+/// planned nodes.
 #[derive(Debug, Clone)]
 pub(super) struct PoolState {
     pub(super) types: IdVec<TypeId, TypeInfo>,

@@ -16,6 +16,7 @@ use crate::scheduling::ids::{NodeId, PodId};
 use crate::scheduling::pod::{Namespaces, PodTerm, Selector, Spread};
 use crate::scheduling::taints;
 
+/// What a group's constraint is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Kind {
     Spread {
@@ -28,6 +29,7 @@ pub(super) enum Kind {
     Anti,
 }
 
+/// What makes two pods' constraints the same group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct GroupKey {
     pub(super) kind: Kind,
@@ -70,6 +72,7 @@ pub(super) struct Con {
     pub(super) self_match: bool,
 }
 
+/// The domains (values) of one topology key, numbered in the order first seen.
 #[derive(Default, Debug, Clone)]
 pub(super) struct Interner {
     pub(super) ids: HashMap<String, u32>,
