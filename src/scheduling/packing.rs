@@ -23,9 +23,10 @@
 use std::collections::BTreeMap;
 
 use super::exact::{MAX_STATES, MAX_STEPS, MixedClass, pack_exact};
-use super::scheduler::{NodeKind, R, ResV, Scheduler, fits};
+use super::ids::{PodId, PoolId, TypeId};
+use super::scheduler::{Planning, R, ResV, fits};
 use crate::apis::labels;
-use crate::model::{CapacityType, NodeRequirements, Requirement, Requirements};
+use crate::model::{NodeRequirements, Requirements};
 
 /// A node shape the packer may buy: what pods can use on it and its price.
 #[derive(Debug, Clone, PartialEq)]
@@ -220,38 +221,26 @@ pub fn pack(types: &[BinType], classes: &[PodClass]) -> Option<Vec<Bin>> {
 }
 
 /// What the packer may move: the pod ids, grouped by NodePool and requirements.
-type Groups = BTreeMap<(usize, String), (NodeRequirements, Vec<usize>)>;
+type Groups = BTreeMap<(PoolId, String), (NodeRequirements, Vec<PodId>)>;
 
 /// Re-packs unconstrained pods of the planned nodes; keeps the greedy result unless the
 /// re-packed plan is valid and cheaper.
-pub(crate) fn repack(s: &mut Scheduler<'_>) {
-    let before_cost = planned_cost(s);
-    let saved = s.checkpoint();
-    if try_repack(s).is_none() || planned_cost(s) >= before_cost - 1e-9 {
-        s.restore(saved);
+pub(crate) fn repack(s: &mut Planning<'_, '_>) {
+    let before_cost = s.planned_cost();
+    let saved = s.snapshot();
+    if try_repack(s).is_none() || s.planned_cost() >= before_cost - 1e-9 {
+        s.rollback(saved);
     }
 }
 
-fn planned_cost(s: &Scheduler<'_>) -> f64 {
-    (0..s.nodes.len())
-        .filter(|&n| !s.nodes[n].pods.is_empty())
-        .filter_map(|n| s.chosen_type(n).map(|(_, p, _)| p))
-        .sum()
-}
-
-fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
-    let pending = s.input.pending.len();
+fn try_repack(s: &mut Planning<'_, '_>) -> Option<()> {
     // 1. Lift free pods off planned nodes.
     let mut groups: Groups = BTreeMap::new();
-    for p in 0..pending {
-        let Some(n) = s.pods[p].node else { continue };
-        let NodeKind::Planned { pool, .. } = s.nodes[n].kind else {
+    for p in s.pending_pods() {
+        let Some(pool) = s.movable(p) else {
             continue;
         };
-        if !s.is_free(p) {
-            continue;
-        }
-        s.unplace(p);
+        s.lift(p);
         let reqs = s.kept_requirements(p);
         let key = (pool, format!("{:?}", reqs.alternatives()));
         groups
@@ -261,67 +250,65 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
             .push(p);
     }
     // Nodes that kept constrained pods shrink to their cheapest type; empty ones go.
-    for n in 0..s.nodes.len() {
-        if s.nodes[n].is_planned_node() {
-            if s.nodes[n].pods.is_empty() {
-                s.retire(n);
-            } else {
-                s.rebuild_options(n);
-            }
+    for n in s.planned_nodes() {
+        if s.is_empty(n) {
+            s.retire(n);
+        } else {
+            s.reprice(n);
         }
     }
     // 2. Their free room takes lifted pods, largest first, without changing their type.
-    let mut lifted: Vec<usize> = groups
+    let mut lifted: Vec<PodId> = groups
         .values()
         .flat_map(|(_, ps)| ps.iter().copied())
         .collect();
     lifted.sort_by(|&a, &b| {
         let (ra, rb) = (
-            s.pods[a].req.unwrap_or([0; R]),
-            s.pods[b].req.unwrap_or([0; R]),
+            s.request(a).unwrap_or([0; R]),
+            s.request(b).unwrap_or([0; R]),
         );
         rb[0].cmp(&ra[0]).then(rb[1].cmp(&ra[1])).then(a.cmp(&b))
     });
     // Each kept node offers exactly its chosen type's room; the first-fit index then finds
     // a node for each lifted pod in logarithmic time.
     let mut kept = Vec::new();
-    for n in 0..s.nodes.len() {
-        if !s.nodes[n].is_planned_node() || s.nodes[n].pods.is_empty() {
+    for n in s.planned_nodes() {
+        if s.is_empty(n) {
             continue;
         }
-        if let Some((t, _, _)) = s.chosen_type(n) {
+        if let Some((t, _, _)) = s.cheapest_type(n) {
             s.limit_to_type(n, t);
             kept.push(n);
         }
     }
     let mut placed_in_slack = std::collections::BTreeSet::new();
     for &p in &lifted {
-        let need = s.pods[p].req.unwrap_or([0; R]);
-        let mut from = 0;
-        while let Some(n) = s.first_fit(from, need) {
-            from = n + 1;
-            if !s.nodes[n].is_planned_node() || s.nodes[n].pods.is_empty() {
+        let need = s.request(p).unwrap_or([0; R]);
+        let mut after = None;
+        while let Some(n) = s.first_fit(need, after) {
+            after = Some(n);
+            if !s.is_kept(n) {
                 continue;
             }
-            let Some((t, _, _)) = s.chosen_type(n) else {
+            let Some((t, _, _)) = s.cheapest_type(n) else {
                 continue;
             };
-            if s.free_pod_fits_planned(p, n, t) {
-                s.place(p, n);
+            if s.admit(p, n, t) {
+                s.put(p, n);
                 placed_in_slack.insert(p);
                 break;
             }
         }
     }
     for n in kept {
-        s.rebuild_options(n);
+        s.reprice(n);
     }
     // 3. The rest, on new nodes: a small input exactly, with the groups of a pool sharing
     // nodes where a type admits them all; otherwise by cost efficiency, group by group.
-    let rest: Vec<(usize, NodeRequirements, Vec<usize>)> = groups
+    let rest: Vec<(PoolId, NodeRequirements, Vec<PodId>)> = groups
         .into_iter()
         .map(|((pool, _), (reqs, pods))| {
-            let pods: Vec<usize> = pods
+            let pods: Vec<PodId> = pods
                 .into_iter()
                 .filter(|p| !placed_in_slack.contains(p))
                 .collect();
@@ -343,7 +330,7 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
     // search is for splits over several nodes (and disruption, which runs the scheduler
     // for every candidate and accepts at most one new node, rarely needs it).
     let cost = |nodes: &[SmallNode]| nodes.iter().map(|n| n.3).sum::<f64>();
-    let nodes = match (heuristic.len() >= 2 && total <= s.options.exact_max_pods)
+    let nodes = match (heuristic.len() >= 2 && total <= s.options().exact_max_pods)
         .then(|| plan_small(s, &rest))
         .flatten()
     {
@@ -354,10 +341,7 @@ fn try_repack(s: &mut Scheduler<'_>) -> Option<()> {
         open_node(s, pool, &base, t, price, &pods)?;
     }
     // Every lifted pod must have landed.
-    (0..pending)
-        .filter(|&p| !s.unschedulable.iter().any(|(u, _)| *u == p))
-        .all(|p| s.pods[p].node.is_some())
-        .then_some(())
+    s.all_placed().then_some(())
 }
 
 /// By default, inputs with at most this many pods to pack are packed exactly (see
@@ -366,8 +350,8 @@ pub const EXACT_MAX_PODS: usize = 40;
 
 /// The requirements a new node of pool `pi` has for pods with requirements `reqs`: the
 /// pool's and the first alternative compatible with them that some type meets.
-fn group_base(s: &Scheduler<'_>, pi: usize, reqs: &NodeRequirements) -> Option<Requirements> {
-    let pool = &s.input.pools[pi];
+fn group_base(s: &Planning<'_, '_>, pi: PoolId, reqs: &NodeRequirements) -> Option<Requirements> {
+    let pool = s.pool(pi);
     reqs.alternatives()
         .iter()
         .filter(|a| {
@@ -391,15 +375,13 @@ fn admitted(base: &Requirements, o: &crate::model::Offering) -> bool {
 
 /// The types (indices into the pool's types) a node with requirements `base` may be, each
 /// at its cheapest admitted offering.
-fn bin_types(s: &Scheduler<'_>, pi: usize, base: &Requirements) -> (Vec<usize>, Vec<BinType>) {
-    let pool = &s.input.pools[pi];
-    let mut shapes: Vec<usize> = Vec::new();
+fn bin_types(s: &Planning<'_, '_>, pi: PoolId, base: &Requirements) -> (Vec<TypeId>, Vec<BinType>) {
+    let mut shapes: Vec<TypeId> = Vec::new();
     let mut types = Vec::new();
     if base.iter().any(|r| r.is_empty()) {
         return (shapes, types);
     }
-    for (t, ti) in s.pools[pi].types.iter().enumerate() {
-        let it = &pool.instance_types[ti.index];
+    for (t, it, alloc) in s.pool_types(pi) {
         if it.requirements.intersects(base).is_err() {
             continue;
         }
@@ -412,7 +394,7 @@ fn bin_types(s: &Scheduler<'_>, pi: usize, base: &Requirements) -> (Vec<usize>, 
         if cheapest.is_finite() {
             shapes.push(t);
             types.push(BinType {
-                alloc: ti.alloc,
+                alloc,
                 price: cheapest,
             });
         }
@@ -423,15 +405,15 @@ fn bin_types(s: &Scheduler<'_>, pi: usize, base: &Requirements) -> (Vec<usize>, 
 /// Opens a new node of pool `pi`, type `t` at `price` for `pods`: among the offerings at
 /// that price, the zone with the fewest planned nodes.
 fn open_node(
-    s: &mut Scheduler<'_>,
-    pi: usize,
+    s: &mut Planning<'_, '_>,
+    pi: PoolId,
     base: &Requirements,
-    t: usize,
+    t: TypeId,
     price: f64,
-    pods: &[usize],
+    pods: &[PodId],
 ) -> Option<()> {
-    let it = &s.input.pools[pi].instance_types[s.pools[pi].types[t].index];
-    let load = |z: &str| s.pools[pi].planned_per_zone.get(z).copied().unwrap_or(0);
+    let it = s.instance_type(pi, t);
+    let load = |z: &str| s.planned_in_zone(pi, z);
     let offering = it
         .offerings
         .iter()
@@ -442,33 +424,30 @@ fn open_node(
                 .then_with(|| a.zone.cmp(&b.zone))
         })?;
     let (zone, ct) = (offering.zone.clone(), offering.capacity_type);
-    let n = s.new_planned_node(pi, base, &zone, ct, t)?;
+    let n = s.open_node(pi, base, &zone, ct, t)?;
     for &p in pods {
-        s.place(p, n);
+        s.put(p, n);
     }
-    s.rebuild_options(n);
+    s.reprice(n);
     // The node must have a type that holds its pods, within minValues.
-    s.chosen_type(n)?;
-    let node = &s.nodes[n];
-    s.min_values_ok(pi, &node.options.types[node.pos..], &node.used)
-        .ok()?;
-    Some(())
+    s.cheapest_type(n)?;
+    s.meets_min_values(n).then_some(())
 }
 
 /// A new node of an exact packing: pool, requirements, type, price and pods.
-type SmallNode = (usize, Requirements, usize, f64, Vec<usize>);
+type SmallNode = (PoolId, Requirements, TypeId, f64, Vec<PodId>);
 
 /// The exact packing of a small input, pool by pool, without changing the plan; pods of
 /// different requirement groups share a node when a type admits them all (an
 /// unconstrained pod fills an arm64 node's room). `None` when the search is too large.
 fn plan_small(
-    s: &Scheduler<'_>,
-    rest: &[(usize, NodeRequirements, Vec<usize>)],
+    s: &Planning<'_, '_>,
+    rest: &[(PoolId, NodeRequirements, Vec<PodId>)],
 ) -> Option<Vec<SmallNode>> {
-    let pools: std::collections::BTreeSet<usize> = rest.iter().map(|(pi, _, _)| *pi).collect();
+    let pools: std::collections::BTreeSet<PoolId> = rest.iter().map(|(pi, _, _)| *pi).collect();
     let mut out = Vec::new();
     for pi in pools {
-        let groups: Vec<(&NodeRequirements, &Vec<usize>)> = rest
+        let groups: Vec<(&NodeRequirements, &Vec<PodId>)> = rest
             .iter()
             .filter(|(p, _, _)| *p == pi)
             .map(|(_, reqs, pods)| (reqs, pods))
@@ -480,10 +459,10 @@ fn plan_small(
             .iter()
             .map(|(reqs, _)| group_base(s, pi, reqs))
             .collect::<Option<_>>()?;
-        let mut by_class: BTreeMap<(usize, ResV), Vec<usize>> = BTreeMap::new();
+        let mut by_class: BTreeMap<(usize, ResV), Vec<PodId>> = BTreeMap::new();
         for (g, (_, pods)) in groups.iter().enumerate() {
             for &p in *pods {
-                by_class.entry((g, s.pods[p].req?)).or_default().push(p);
+                by_class.entry((g, s.request(p)?)).or_default().push(p);
             }
         }
         let classes: Vec<MixedClass> = by_class
@@ -494,11 +473,11 @@ fn plan_small(
                 group: *g,
             })
             .collect();
-        let mut members: Vec<Vec<usize>> = by_class.into_values().collect();
+        let mut members: Vec<Vec<PodId>> = by_class.into_values().collect();
         // Per group mask: the node's requirements and its types.
-        let mut by_mask: BTreeMap<u64, (Requirements, Vec<usize>)> = BTreeMap::new();
+        let mut by_mask: BTreeMap<u64, (Requirements, Vec<TypeId>)> = BTreeMap::new();
         let mut types_for = |mask: u64| {
-            let mut base = s.input.pools[pi].requirements.clone();
+            let mut base = s.pool(pi).requirements.clone();
             for (g, b) in bases.iter().enumerate() {
                 if mask & (1 << g) != 0 {
                     base = base.intersect(b);
@@ -526,18 +505,18 @@ fn plan_small(
 /// The cost-efficiency packing of one requirement group on new nodes, without changing
 /// the plan.
 fn plan_group(
-    s: &Scheduler<'_>,
-    pi: usize,
+    s: &Planning<'_, '_>,
+    pi: PoolId,
     reqs: &NodeRequirements,
-    pods: &[usize],
+    pods: &[PodId],
 ) -> Option<Vec<SmallNode>> {
     let base = group_base(s, pi, reqs)?;
     // Bin types: every compatible type at its cheapest admitted offering.
     let (shapes, types) = bin_types(s, pi, &base);
     // Pod classes: identical requests.
-    let mut by_req: BTreeMap<ResV, Vec<usize>> = BTreeMap::new();
+    let mut by_req: BTreeMap<ResV, Vec<PodId>> = BTreeMap::new();
     for &p in pods {
-        by_req.entry(s.pods[p].req?).or_default().push(p);
+        by_req.entry(s.request(p)?).or_default().push(p);
     }
     let classes: Vec<PodClass> = by_req
         .iter()
@@ -546,7 +525,7 @@ fn plan_group(
             count: ps.len(),
         })
         .collect();
-    let mut members: Vec<Vec<usize>> = by_req.into_values().collect();
+    let mut members: Vec<Vec<PodId>> = by_req.into_values().collect();
     let bins = pack(&types, &classes)?;
     let mut out = Vec::with_capacity(bins.len());
     for bin in bins {
@@ -560,91 +539,6 @@ fn plan_group(
         out.push((pi, base.clone(), t, types[bin.bin_type].price, on_node));
     }
     Some(out)
-}
-
-impl Scheduler<'_> {
-    /// Whether a placed pending pod may be moved by the packer: no inter-pod constraints
-    /// of its own and not selected by anyone else's.
-    fn is_free(&self, p: usize) -> bool {
-        let pod = &self.pods[p];
-        pod.req.is_some() && !pod.info.has_pod_constraints() && pod.matches.is_empty()
-    }
-
-    /// What a lifted pod's new node must satisfy: the requirements its placement kept
-    /// (preferences included unless the placement pass had to relax them).
-    fn kept_requirements(&self, p: usize) -> NodeRequirements {
-        let pod = &self.pods[p];
-        pod.kept_requirements
-            .clone()
-            .unwrap_or_else(|| pod.info.node_requirements.clone())
-    }
-
-    fn free_pod_fits_planned(&mut self, p: usize, n: usize, t: usize) -> bool {
-        let NodeKind::Planned { pool, .. } = self.nodes[n].kind else {
-            return false;
-        };
-        let pod = &self.pods[p];
-        if super::taints::untolerated(&self.nodes[n].taints, &pod.info.tolerations, true).is_some()
-        {
-            return false;
-        }
-        let kept = self.kept_requirements(p);
-        let alts = kept.alternatives();
-        if alts.iter().all(|a| a.is_empty()) {
-            return true;
-        }
-        let it = &self.input.pools[pool].instance_types[self.pools[pool].types[t].index];
-        let node_reqs = self.nodes[n].requirements.clone();
-        for a in alts {
-            if a.compatible_allowing(&node_reqs, &labels::is_well_known)
-                .is_ok()
-            {
-                let narrowed = node_reqs.intersect(a);
-                if it.requirements.intersects(&narrowed).is_ok() {
-                    self.nodes[n].requirements = std::rc::Rc::new(narrowed);
-                    return true;
-                }
-            }
-        }
-        false
-    }
-
-    /// Adds an empty planned node of a given type, zone and capacity type.
-    fn new_planned_node(
-        &mut self,
-        pi: usize,
-        base: &Requirements,
-        zone: &str,
-        ct: CapacityType,
-        t: usize,
-    ) -> Option<usize> {
-        let capacity = self.pools[pi].types[t].capacity;
-        let state = &mut self.pools[pi];
-        if state.nodes_remaining <= 0
-            || (0..R).any(|i| state.remaining[i] != i64::MAX && capacity[i] > state.remaining[i])
-        {
-            return None;
-        }
-        state.counter += 1;
-        state.nodes_remaining -= 1;
-        *state.planned_per_zone.entry(zone.to_string()).or_default() += 1;
-        let pool = &self.input.pools[pi];
-        let name = format!(
-            "{}{}-{}",
-            self.options.name_prefix, pool.name, state.counter
-        );
-        let requirements = base
-            .clone()
-            .with(Requirement::one_of(labels::ZONE, [zone.to_string()]))
-            .with(Requirement::one_of(
-                labels::CAPACITY_TYPE,
-                [ct.as_str().to_string()],
-            ))
-            .with(Requirement::one_of(labels::NODE_POOL, [pool.name.clone()]));
-        let slot = self.slot_for(pi, requirements, zone, ct);
-        let n = self.push_planned(pi, name, &slot);
-        Some(n)
-    }
 }
 
 #[cfg(test)]
