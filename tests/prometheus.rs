@@ -356,7 +356,8 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     assert_eq!(web["current"]["requests"]["cpu"], "2");
 
     // CPU: both replicas' 5-minute mean usage every 5 minutes, decay-weighted: the 70th
-    // percentile, raised to half the 99th if that at most doubles it, plus 10%.
+    // percentile, raised to half the 99th if that at most doubles it (no CPU margin by
+    // default).
     let mut cpu = Vec::new();
     for base in [0.4, 0.6] {
         for t in (f.end - 2 * DAY + 300..=f.end).step_by(300) {
@@ -371,7 +372,7 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     } else {
         body
     };
-    let expected_cpu = sustained * 1.1 * 1000.0;
+    let expected_cpu = sustained * 1000.0;
     let got_cpu = cpu_milli(&web["recommended"]["requests"]["cpu"]);
     assert!(
         got_cpu >= expected_cpu * 0.999 && got_cpu <= expected_cpu * 1.05 + 1.0,
