@@ -737,7 +737,10 @@ impl NodeRequirements {
     }
 }
 
-fn first_success<I: Iterator<Item = Result<(), Conflict>>>(mut results: I) -> Result<(), Conflict> {
+/// The first success, or the first conflict when every alternative conflicts (none: success).
+pub(crate) fn first_success<I: Iterator<Item = Result<(), Conflict>>>(
+    mut results: I,
+) -> Result<(), Conflict> {
     let mut first_err = None;
     for r in results.by_ref() {
         match r {

@@ -9,6 +9,7 @@ use super::Scheduler;
 use super::preferences::Active;
 use super::resources::{R, ResV, add, fits, sub, vmax};
 use crate::apis::labels;
+use crate::model::requirements::first_success;
 use crate::model::{CapacityType, Dimension, Requirement, Requirements};
 use crate::scheduling::ids::{Id, IdVec, PodId, PoolId, TypeId};
 use crate::scheduling::input::Pool;
@@ -100,22 +101,6 @@ impl OptionList {
     /// The largest allocatable per dimension over the types from `pos` on.
     pub(super) fn upper(&self, pos: usize) -> ResV {
         self.suffix_max.get(pos).copied().unwrap_or([0; R])
-    }
-}
-
-pub(super) fn first_ok<E, I: Iterator<Item = Result<(), E>>>(mut it: I) -> Result<(), E> {
-    let mut first = None;
-    for r in it.by_ref() {
-        match r {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                first.get_or_insert(e);
-            }
-        }
-    }
-    match first {
-        Some(e) => Err(e),
-        None => Ok(()),
     }
 }
 
@@ -311,7 +296,7 @@ impl Scheduler<'_> {
             return Err(format!("does not tolerate taint {}", taints::describe(t)));
         }
         if !active.trivial
-            && let Err(c) = first_ok(
+            && let Err(c) = first_success(
                 active
                     .node_requirements
                     .alternatives()
