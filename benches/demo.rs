@@ -8,7 +8,7 @@
 //!
 //! Flags: `--seeds 1-20,101-110` (ranges and single seeds; each comma-separated group is a
 //! set), `--days 7`, `--threads 2`, and `--set key=value` (repeated) to try other
-//! autonomous settings: horizon, headroom, per-eviction, fraction, budget,
+//! autonomous settings: horizon, headroom, lead, per-eviction, fraction, budget,
 //! consolidate-after, disruption-every, rightsizing-every, memory-margin, cpu-margin,
 //! max-step, min-change, limits (keep or ratio); `--autonomous-only` skips the other two
 //! runs while tuning. Without `--bench` (as `cargo test --all-targets` runs
@@ -134,6 +134,7 @@ fn autonomous(overrides: &[(String, String)]) -> RunSettings {
         match key.as_str() {
             "horizon" => s.forecast_horizon = number() as i64,
             "headroom" => s.disruption.headroom = number(),
+            "lead" => s.headroom_lead = number() as i64,
             "per-eviction" => s.disruption.min_savings_per_eviction = number(),
             "fraction" => s.disruption.min_savings_fraction = number(),
             "budget" => s.budget_percent = number() as u32,
@@ -278,6 +279,13 @@ fn main() {
                         o.consolidation_only.pods_evicted,
                         o.consolidation_only.launches,
                     );
+                    let causes: Vec<String> = o
+                        .autonomous
+                        .pending_pod_hours_by_cause
+                        .iter()
+                        .map(|(cause, hours)| format!("{cause} {hours:.2}"))
+                        .collect();
+                    println!("      seed {} pending pod-hours by cause: {}", o.seed, causes.join(", "));
                     outcomes.lock().expect("not poisoned").push(o);
                 }
             });

@@ -239,3 +239,42 @@ fn serve_keeps_metrics_up_with_the_autonomous_run_recorded() {
         "{body}"
     );
 }
+
+/// Provisioning buys ahead of the daily ramp: over two days, the second morning's new
+/// replicas wait for nodes far less with the headroom lead than without it (the first
+/// day has no cycle to read), and only the lead differs between the two runs.
+#[test]
+fn headroom_buys_the_morning_ramp_before_its_pods_arrive() {
+    use tailor::catalog::{Catalog, CatalogOptions};
+    use tailor::provisioning::Mode;
+    use tailor::sim::scenario::Scenario;
+    use tailor::sim::world::{RunSettings, run};
+
+    let scenario = Scenario::mid_size(1, 2);
+    let types = Catalog::builtin()
+        .and_then(|c| c.instance_types(&CatalogOptions::for_region(&scenario.region)))
+        .expect("the built-in catalog");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut without = RunSettings::for_mode(Mode::Autonomous);
+    without.headroom_lead = 0;
+    let with = RunSettings::for_mode(Mode::Autonomous);
+    assert!(with.headroom_lead > 0);
+    let scale_up = |settings: &RunSettings| {
+        let r = runtime.block_on(run(&scenario, settings, types.clone(), None, &mut |_| {}));
+        let by_cause = &r.summary.pending_pod_hours_by_cause;
+        // The causes add up to the whole.
+        let sum: f64 = by_cause.values().sum();
+        assert!((sum - r.summary.pending_pod_hours).abs() < 1e-9, "{by_cause:?}");
+        by_cause.get("scale-up").copied().unwrap_or(0.0)
+    };
+    let (before, after) = (scale_up(&without), scale_up(&with));
+    // Without the lead the second morning's replicas wait as the first morning's did.
+    assert!(before > 1.5, "scale-up pending pod-hours without headroom: {before}");
+    assert!(
+        after < before * 0.8,
+        "scale-up pending pod-hours: {after} with headroom, {before} without"
+    );
+}

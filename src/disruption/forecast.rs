@@ -112,6 +112,29 @@ impl DemandHistory {
     /// or, when the history holds the peak until a day, is expected to need the most it
     /// requested so far; a pool without history has no entry.
     pub fn expected(&self, input: &Input, now: i64, horizon: i64) -> BTreeMap<String, Resources> {
+        self.expect(input, now, horizon, self.hold_peak)
+    }
+
+    /// Per pool, the requests its nodes are expected to carry at the most within
+    /// `[now, now + horizon]` from the cycle alone: a pool whose history does not reach a
+    /// day back has no entry, whether or not the history holds the peak until a day. What
+    /// to buy ahead on: the peak so far says what to keep, not when it comes back.
+    pub fn expected_from_cycle(
+        &self,
+        input: &Input,
+        now: i64,
+        horizon: i64,
+    ) -> BTreeMap<String, Resources> {
+        self.expect(input, now, horizon, false)
+    }
+
+    fn expect(
+        &self,
+        input: &Input,
+        now: i64,
+        horizon: i64,
+        hold_peak: bool,
+    ) -> BTreeMap<String, Resources> {
         let mut out = BTreeMap::new();
         if horizon <= 0 {
             return out;
@@ -153,7 +176,7 @@ impl DemandHistory {
             // history began is kept, rather than removed at the first trough and bought
             // again at the next peak.
             let grown = grown.or_else(|| {
-                if !self.hold_peak {
+                if !hold_peak {
                     return None;
                 }
                 let first = points.front()?;
@@ -238,6 +261,34 @@ mod tests {
         // At 12:00 nothing grows in the next six hours: today's requests are expected.
         let expected = history.expected(&input(10_000, 8), DAY + 12 * 3600, 6 * 3600);
         assert_eq!(expected["default"].get(&Dimension::Cpu), 10_000);
+    }
+
+    #[test]
+    fn the_cycle_alone_expects_nothing_before_a_day_even_when_the_peak_is_held() {
+        let mut history = DemandHistory::holding_the_peak_until_a_day();
+        for h in 0..20 {
+            let cpu = if h == 3 { 9_000 } else { 4_000 };
+            history.record(&input(cpu, 8), h * 3600);
+        }
+        let now = 20 * 3600;
+        // The held peak is what disruption keeps...
+        let held = history.expected(&input(4_000, 8), now, 6 * 3600);
+        assert_eq!(held["default"].get(&Dimension::Cpu), 9_000);
+        // ...but it says nothing of when it comes back: nothing to buy ahead for.
+        assert!(
+            history
+                .expected_from_cycle(&input(4_000, 8), now, 6 * 3600)
+                .is_empty()
+        );
+        // A day later the cycle answers both.
+        let mut history = DemandHistory::holding_the_peak_until_a_day();
+        a_day_of_cycle(&mut history, 0);
+        let now = DAY + 5 * 3600;
+        assert_eq!(
+            history.expected_from_cycle(&input(4_000, 8), now, 6 * 3600)["default"]
+                .get(&Dimension::Cpu),
+            10_000
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! idle window, or when the maximum window has passed since the batch opened, so a burst of
 //! pods is planned together instead of one node per pod.
 
+pub mod headroom;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -28,6 +28,12 @@ use super::scheduler::{Planning, R, ResV, fits};
 use crate::apis::labels;
 use crate::model::{NodeRequirements, Requirements};
 
+/// What each new node weighs in the packer beyond its price, USD per hour: between
+/// packings of the same price, the one with fewer nodes wins (fewer launches, fewer
+/// DaemonSet copies, fewer nodes to drain later). A millionth of a dollar is below any
+/// difference between list prices, which have four decimals, and above rounding noise.
+const NODE_TIE_BREAK: f64 = 1e-6;
+
 /// A node shape the packer may buy: what pods can use on it and its price.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BinType {
@@ -395,7 +401,7 @@ fn bin_types(s: &Planning<'_, '_>, pi: PoolId, base: &Requirements) -> (Vec<Type
             shapes.push(t);
             types.push(BinType {
                 alloc,
-                price: cheapest,
+                price: cheapest + NODE_TIE_BREAK,
             });
         }
     }

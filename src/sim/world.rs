@@ -26,7 +26,9 @@ use crate::model::{CapacityType, Dimension, InstanceType, Requirement, Resources
 use crate::provisioning::{Mode, launch_request};
 use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
 use crate::scheduling::input::default_pool;
-use crate::scheduling::{self, DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
+use crate::scheduling::{
+    self, DaemonSetInfo, ExistingNode, Input, Options, PlannedNodeClaim, PodInfo, Pool,
+};
 use crate::telemetry::Metrics;
 use crate::telemetry::names::{Controller, RecommendationState, SavingsSource, Stage, Usage, When};
 
@@ -34,6 +36,10 @@ use crate::telemetry::names::{Controller, RecommendationState, SavingsSource, St
 type Cloud = MeteredCloud<SimulatedAzure>;
 
 const GIB: f64 = 1_073_741_824.0;
+
+/// Seconds before the run's start the cluster is brought up (its pods as deployed placed,
+/// their nodes launched and registered).
+const WARM_UP: i64 = 600;
 
 /// The taint on the spot NodePool's nodes; only pods that tolerate it land there.
 const SPOT_TAINT: &str = "tailor.sh/spot";
@@ -97,6 +103,10 @@ pub struct RunSettings {
     /// Seconds ahead disruption looks at the requests' daily and weekly cycle: capacity the
     /// history says will be needed within this horizon is kept (0: no look ahead).
     pub forecast_horizon: i64,
+    /// Seconds ahead provisioning buys for the requests' expected growth (the same
+    /// cycle disruption reads, [`crate::provisioning::headroom`]); 0: only for pods
+    /// already pending. Autonomous mode only.
+    pub headroom_lead: i64,
     /// Disruption thresholds.
     pub disruption: disruption::Settings,
     /// The right-sizing policy.
@@ -119,6 +129,7 @@ impl RunSettings {
             rightsizing: true,
             cost_aware: true,
             forecast_horizon: disruption::forecast::DEFAULT_HORIZON,
+            headroom_lead: crate::provisioning::headroom::DEFAULT_LEAD,
             disruption: disruption::Settings::default(),
             // Requests are sized to the usage history; the teams' memory limits stay
             // where they set them, so a peak above anything seen so far is absorbed by the
@@ -143,6 +154,7 @@ impl RunSettings {
             rightsizing: false,
             cost_aware: false,
             forecast_horizon: 0,
+            headroom_lead: 0,
             disruption: disruption::Settings::karpenter(),
             ..RunSettings::for_mode(Mode::Autonomous)
         }
@@ -236,6 +248,11 @@ pub struct RunSummary {
     pub provisioning_p99_seconds: f64,
     /// Pod-hours spent pending.
     pub pending_pod_hours: f64,
+    /// Pod-hours spent pending, by why the pods were pending: `scale-up` (a new replica),
+    /// `job` (a Job's run started), `evicted` (by disruption), `spot-interrupted`,
+    /// `node-lost` (its node went away without a drain) and `oom-moved` (recreated
+    /// elsewhere at a bigger size after an OOM kill).
+    pub pending_pod_hours_by_cause: BTreeMap<String, f64>,
     /// Nodes launched.
     pub launches: u64,
     /// Spot VMs reclaimed by the cloud (their pods rescheduled).
@@ -288,6 +305,8 @@ struct SimPod {
     memory: i64,
     memory_limit: i64,
     pending_since: Option<i64>,
+    /// Why the pod is pending (or was, last), see `RunSummary::pending_pod_hours_by_cause`.
+    pending_cause: &'static str,
     jitter: f64,
 }
 
@@ -340,6 +359,8 @@ struct World<'a> {
     ooms: u64,
     applied: usize,
     pending_seconds: f64,
+    /// Pending pod-seconds per cause (see `SimPod::pending_cause`).
+    pending_by_cause: BTreeMap<&'static str, f64>,
     spot_interruptions: u64,
     /// USD per hour of nodes provisioning has launched so far.
     launched_per_hour: f64,
@@ -504,8 +525,21 @@ impl World<'_> {
             memory: s.memory,
             memory_limit: s.memory_limit,
             pending_since: (!running).then_some(self.now),
+            pending_cause: if workload.kind == Kind::Job {
+                "job"
+            } else {
+                "scale-up"
+            },
             jitter,
         });
+    }
+
+    /// Counts `seconds` of pending time for every pod not running, by why it is pending.
+    fn count_pending(&mut self, seconds: f64) {
+        for p in self.pods.iter().filter(|p| !p.running) {
+            self.pending_seconds += seconds;
+            *self.pending_by_cause.entry(p.pending_cause).or_default() += seconds;
+        }
     }
 
     /// Replica changes: create or delete pods to match what the workloads want now.
@@ -666,6 +700,7 @@ impl World<'_> {
                 p.node = None;
                 p.running = false;
                 p.pending_since = Some(now);
+                p.pending_cause = "node-lost";
             }
         }
     }
@@ -699,6 +734,7 @@ impl World<'_> {
                     p.node = None;
                     p.running = false;
                     p.pending_since = Some(now);
+                    p.pending_cause = "spot-interrupted";
                 }
             }
         }
@@ -753,8 +789,50 @@ impl World<'_> {
                 n.last_pod_event = now;
             }
         }
-        for claim in &plan.node_claims {
-            if let Ok(instance) = cloud.create(&launch_request(&input, claim)).await {
+        self.launch(cloud, &input, &plan.node_claims).await;
+    }
+
+    /// Buys, ahead of time, the capacity each NodePool is expected to need within the
+    /// headroom lead beyond what it carries: stand-in pods for the growth are planned like
+    /// pending pods and the nodes planned for them launched (autonomous mode; nothing
+    /// while pods are pending or nodes launching).
+    async fn headroom(&mut self, cloud: &Cloud) {
+        let lead = self.settings.headroom_lead;
+        if lead <= 0
+            || self.settings.mode != Mode::Autonomous
+            || !self.launching.is_empty()
+            || self.pods.iter().any(|p| p.node.is_none())
+        {
+            return;
+        }
+        let mut input = Input {
+            pending: Vec::new(),
+            nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
+            pools: self.pools_now(),
+            daemon_sets: self.daemon_sets.clone(),
+        };
+        let expected = self.demand.expected_from_cycle(&input, self.now, lead);
+        input.pending = crate::provisioning::headroom::stand_ins(&input, &expected);
+        if input.pending.is_empty() {
+            return;
+        }
+        self.rounds += 1;
+        let plan = scheduling::schedule(
+            &input,
+            &Options {
+                name_prefix: format!("h{}-", self.rounds),
+                cost_aware: self.settings.cost_aware,
+                ..Options::default()
+            },
+        );
+        self.launch(cloud, &input, &plan.node_claims).await;
+    }
+
+    /// Launches planned NodeClaims; the pods planned onto each are nominated to it.
+    async fn launch(&mut self, cloud: &Cloud, input: &Input, claims: &[PlannedNodeClaim]) {
+        let now = self.now;
+        for claim in claims {
+            if let Ok(instance) = cloud.create(&launch_request(input, claim)).await {
                 self.launched_per_hour += instance.price_per_hour;
                 if let Some(m) = &self.metrics {
                     m.nodeclaim_launched(
@@ -882,6 +960,7 @@ impl World<'_> {
                     p.node = None;
                     p.running = false;
                     p.pending_since = Some(self.now);
+                    p.pending_cause = "oom-moved";
                 }
             }
         }
@@ -1164,6 +1243,7 @@ impl Actuator for World<'_> {
                 p.node = None;
                 p.running = false;
                 p.pending_since = Some(now);
+                p.pending_cause = "evicted";
                 p.cpu = sizes.cpu;
                 p.memory = sizes.memory;
                 p.memory_limit = sizes.memory_limit;
@@ -1311,6 +1391,7 @@ pub async fn run(
         ooms: 0,
         applied: 0,
         pending_seconds: 0.0,
+        pending_by_cause: BTreeMap::new(),
         spot_interruptions: 0,
         launched_per_hour: 0.0,
         metrics: metrics.cloned(),
@@ -1336,6 +1417,22 @@ pub async fn run(
         SignedDuration::from_secs(15),
     )
     .with_metrics(metrics.cloned());
+    // The cluster runs when the week begins, as a cluster does when Tailor is installed
+    // into it: the pods as deployed are placed and their nodes launched in the minutes
+    // before, and that bring-up counts in none of the run's figures.
+    world.now = scenario.start - WARM_UP;
+    clock.set(Timestamp::from_second(world.now).unwrap_or(start));
+    world.reconcile_workloads();
+    while world.now < scenario.start {
+        world.provision(&metered).await;
+        clock.advance(Duration::from_secs(15));
+        world.now += 15;
+        world.register(&metered).await;
+    }
+    world.latencies.clear();
+    world.pending_seconds = 0.0;
+    world.pending_by_cause.clear();
+    let launched_before = cloud.launches();
     let end = scenario.start + i64::from(scenario.days) * 86_400;
     let mut samples = Vec::new();
     let mut recommended = 0usize;
@@ -1344,7 +1441,7 @@ pub async fn run(
     // back by provisioning, integrated over time.
     let mut credited = std::collections::BTreeSet::new();
     let mut credit_per_hour = 0.0;
-    let mut launched_seen = 0.0;
+    let mut launched_seen = world.launched_per_hour;
     let mut realised = 0.0;
     let steps = (end - scenario.start) / scenario.step;
     for step in 0..steps {
@@ -1421,6 +1518,7 @@ pub async fn run(
             }
             last_report = report;
         }
+        world.headroom(&metered).await;
         // Launches and disruption move in finer steps than usage: nodes register as they
         // come up; decisions validate, launch and drain; pods a drain evicted or a node
         // left behind are placed within seconds, as kube-scheduler and the provisioner
@@ -1436,7 +1534,7 @@ pub async fn run(
             disrupter.tick(Clock::now(&clock), &view, &mut world).await;
             world.register(&metered).await;
             world.provision(&metered).await;
-            world.pending_seconds += world.pods.iter().filter(|p| !p.running).count() as f64 * 15.0;
+            world.count_pending(15.0);
             stepped += 15;
             clock.advance(Duration::from_secs(15));
             world.now += 15;
@@ -1455,8 +1553,7 @@ pub async fn run(
             let saved = credit_per_hour * scenario.step as f64 / 3600.0;
             m.savings_realised(SavingsSource::Consolidation, saved);
         }
-        world.pending_seconds += world.pods.iter().filter(|p| !p.running).count() as f64
-            * (scenario.step - stepped).max(0) as f64;
+        world.count_pending((scenario.step - stepped).max(0) as f64);
         if since % 3600 == 0 {
             if let Some(m) = &world.metrics
                 && let Ok(types) = metered.instance_types().await
@@ -1519,7 +1616,12 @@ pub async fn run(
         provisioning_p50_seconds: percentile(&mut latencies, 0.5),
         provisioning_p99_seconds: percentile(&mut latencies, 0.99),
         pending_pod_hours: world.pending_seconds / 3600.0,
-        launches: cloud.launches(),
+        pending_pod_hours_by_cause: world
+            .pending_by_cause
+            .iter()
+            .map(|(cause, seconds)| (cause.to_string(), seconds / 3600.0))
+            .collect(),
+        launches: cloud.launches() - launched_before,
         spot_interruptions: world.spot_interruptions,
     };
     let workloads = scenario
