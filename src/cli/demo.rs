@@ -133,6 +133,18 @@ pub fn table(r: &DemoReport) -> String {
     row(&mut t, "pending pod-hours", &|s| {
         format!("{:.1}", s.pending_pod_hours)
     });
+    row(&mut t, "  by cause", &|s| {
+        let causes: Vec<String> = s
+            .pending_pod_hours_by_cause
+            .iter()
+            .map(|(cause, hours)| format!("{cause} {hours:.1}"))
+            .collect();
+        if causes.is_empty() {
+            "-".to_string()
+        } else {
+            causes.join(", ")
+        }
+    });
     row(&mut t, "nodes launched", &|s| s.launches.to_string());
     let mut out = format!("{} ({} workloads)\n\n", r.scenario, r.workloads);
     out.push_str(&t.render());

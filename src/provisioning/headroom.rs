@@ -8,17 +8,23 @@
 //! places them in the room the pool has and plans nodes for the rest, which are launched
 //! before the pods arrive. Stand-ins are never created anywhere; only the nodes planned
 //! for them are launched, and consolidation keeps those nodes because the same forecast
-//! expects them to be needed.
+//! expects them to be needed. When the room runs short within the lead, the purchase
+//! covers the growth of the whole forecast horizon at once ([`plan`]), in a few larger
+//! nodes rather than one more every hour of the ramp.
 //!
-//! Pure: the caller passes the cluster and what the forecast expects.
+//! The simulated cluster (`tailor demo`) provisions with it; the in-cluster provisioning
+//! controller buys only for pods already pending.
+//!
+//! Pure: the caller passes the cluster and the history the forecast reads.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 
 use crate::apis::labels;
+use crate::disruption::forecast::DemandHistory;
 use crate::model::{Dimension, NodeRequirements, Requirement, Requirements, Resources};
-use crate::scheduling::{Input, PodInfo};
+use crate::scheduling::{self, Input, Options, PlannedNodeClaim, PodInfo};
 
 /// How far ahead the provisioner buys for expected growth by default: well past a launch
 /// and a registration, and enough of a morning ramp that its capacity comes in a few
@@ -76,7 +82,11 @@ pub fn stand_ins(input: &Input, expected: &BTreeMap<String, Resources>) -> Vec<P
         }
         let mut sizes: Vec<(i64, i64)> = on_pool
             .iter()
-            .filter(|p| !p.owner.as_deref().is_some_and(|o| o.starts_with("DaemonSet/")))
+            .filter(|p| {
+                !p.owner
+                    .as_deref()
+                    .is_some_and(|o| o.starts_with("DaemonSet/"))
+            })
             .map(|p| {
                 (
                     p.requests.get(&Dimension::Cpu),
@@ -138,6 +148,42 @@ pub fn stand_ins(input: &Input, expected: &BTreeMap<String, Resources>) -> Vec<P
         }
     }
     out
+}
+
+/// The NodeClaims to launch ahead of the growth `history`'s cycle expects: none while
+/// the room the pools have holds what is expected within `lead` seconds; otherwise the
+/// nodes planned for the growth expected within `horizon` (at least `lead`). `input`'s
+/// pending pods are ignored (the caller buys ahead only when none is pending) and the
+/// stand-ins planned onto each claim are in its `pods`.
+pub fn plan(
+    input: &Input,
+    history: &DemandHistory,
+    now: i64,
+    lead: i64,
+    horizon: i64,
+    options: &Options,
+) -> Vec<PlannedNodeClaim> {
+    if lead <= 0 {
+        return Vec::new();
+    }
+    let mut input = Input {
+        pending: Vec::new(),
+        ..input.clone()
+    };
+    let for_growth = |input: &Input, within: i64| {
+        stand_ins(input, &history.expected_from_cycle(input, now, within))
+    };
+    input.pending = for_growth(&input, lead);
+    if input.pending.is_empty() {
+        return Vec::new();
+    }
+    let plan = scheduling::schedule(&input, options);
+    if plan.node_claims.is_empty() || horizon <= lead {
+        return plan.node_claims;
+    }
+    input.pending = Vec::new();
+    input.pending = for_growth(&input, horizon);
+    scheduling::schedule(&input, options).node_claims
 }
 
 /// The one label every node of `pool` has that says so.
@@ -241,7 +287,10 @@ mod tests {
     #[test]
     fn no_growth_expected_or_pending_pods_covering_it_means_no_stand_ins() {
         let pods = vec![pod("shop/web-0", 1000, 2 * GIB)];
-        let carried = input(vec![node("n1", "default", 4000, 16 * GIB, pods.clone())], vec![]);
+        let carried = input(
+            vec![node("n1", "default", 4000, 16 * GIB, pods.clone())],
+            vec![],
+        );
         // Expected no more than carried.
         assert!(stand_ins(&carried, &expect(1000, 2 * GIB)).is_empty());
         // A pool the forecast says nothing of.
@@ -260,7 +309,13 @@ mod tests {
     #[test]
     fn stand_ins_tolerate_their_pools_taints() {
         let mut i = input(
-            vec![node("n1", "default", 4000, 16 * GIB, vec![pod("a/b-0", 500, GIB)])],
+            vec![node(
+                "n1",
+                "default",
+                4000,
+                16 * GIB,
+                vec![pod("a/b-0", 500, GIB)],
+            )],
             vec![],
         );
         i.pools[0].taints = vec![Taint {
@@ -272,11 +327,66 @@ mod tests {
         let s = stand_ins(&i, &expect(1500, 3 * GIB));
         assert_eq!(s.len(), 2);
         assert!(s.iter().all(|p| {
-            i.pools[0]
-                .taints
-                .iter()
-                .all(|t| p.tolerations.iter().any(|x| crate::scheduling::taints::tolerates(x, t)))
+            i.pools[0].taints.iter().all(|t| {
+                p.tolerations
+                    .iter()
+                    .any(|x| crate::scheduling::taints::tolerates(x, t))
+            })
         }));
+    }
+
+    /// Yesterday the pool's requests grew from 3 cores at 05:00 to 6 by 06:00 and 9 by
+    /// 09:00 (memory alike); `input` is one 4-core node carrying 3 cores now.
+    fn morning(i: &mut Input) -> DemandHistory {
+        i.pools[0].instance_types = crate::catalog::Catalog::builtin()
+            .and_then(|c| c.instance_types(&crate::catalog::CatalogOptions::for_region("eastus")))
+            .expect("the built-in catalog loads");
+        let mut history = DemandHistory::new();
+        for minute in (0..24 * 60).step_by(5) {
+            let cores = match minute / 60 {
+                0..5 => 3,
+                5..9 => 6,
+                _ => 9,
+            };
+            let pods = (0..cores * 2)
+                .map(|k| pod(&format!("shop/web-{k}"), 500, GIB))
+                .collect();
+            let at = input(vec![node("n1", "default", 64_000, 256 * GIB, pods)], vec![]);
+            history.record(&at, minute * 60);
+        }
+        history
+    }
+
+    #[test]
+    fn the_room_short_within_the_lead_buys_the_whole_horizons_growth_at_once() {
+        const DAY: i64 = 86_400;
+        let pods = (0..6)
+            .map(|k| pod(&format!("shop/web-{k}"), 500, GIB))
+            .collect();
+        let mut i = input(vec![node("n1", "default", 4000, 16 * GIB, pods)], vec![]);
+        let history = morning(&mut i);
+        let options = Options::default();
+        let bought =
+            |claims: &[PlannedNodeClaim]| -> usize { claims.iter().map(|c| c.pods.len()).sum() };
+        // 04:00: within the next 30 minutes nothing grows; nothing is bought.
+        assert!(plan(&i, &history, DAY + 4 * 3600, 1800, 6 * 3600, &options).is_empty());
+        // 04:45: within 30 minutes the pool doubles (3 more cores, 1 of room): the
+        // horizon's growth (to 9 cores, 6 more) is bought at once, less the room.
+        let claims = plan(
+            &i,
+            &history,
+            DAY + 4 * 3600 + 2700,
+            1800,
+            6 * 3600,
+            &options,
+        );
+        assert_eq!(bought(&claims), 10, "{claims:?}");
+        assert!(claims.iter().all(|c| c.pods.iter().all(|k| is_stand_in(k))));
+        // With the horizon no longer than the lead, only the lead's growth.
+        let claims = plan(&i, &history, DAY + 4 * 3600 + 2700, 1800, 1800, &options);
+        assert_eq!(bought(&claims), 4, "{claims:?}");
+        // No lead, nothing ahead.
+        assert!(plan(&i, &history, DAY + 4 * 3600 + 2700, 0, 6 * 3600, &options).is_empty());
     }
 
     #[test]

@@ -805,27 +805,30 @@ impl World<'_> {
         {
             return;
         }
-        let mut input = Input {
+        let input = Input {
             pending: Vec::new(),
             nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
             pools: self.pools_now(),
             daemon_sets: self.daemon_sets.clone(),
         };
-        let expected = self.demand.expected_from_cycle(&input, self.now, lead);
-        input.pending = crate::provisioning::headroom::stand_ins(&input, &expected);
-        if input.pending.is_empty() {
+        let options = Options {
+            name_prefix: format!("h{}-", self.rounds + 1),
+            cost_aware: self.settings.cost_aware,
+            ..Options::default()
+        };
+        let claims = crate::provisioning::headroom::plan(
+            &input,
+            &self.demand,
+            self.now,
+            lead,
+            self.settings.forecast_horizon,
+            &options,
+        );
+        if claims.is_empty() {
             return;
         }
         self.rounds += 1;
-        let plan = scheduling::schedule(
-            &input,
-            &Options {
-                name_prefix: format!("h{}-", self.rounds),
-                cost_aware: self.settings.cost_aware,
-                ..Options::default()
-            },
-        );
-        self.launch(cloud, &input, &plan.node_claims).await;
+        self.launch(cloud, &input, &claims).await;
     }
 
     /// Launches planned NodeClaims; the pods planned onto each are nominated to it.
