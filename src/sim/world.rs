@@ -253,8 +253,11 @@ pub struct RunSummary {
     /// `node-lost` (its node went away without a drain) and `oom-moved` (recreated
     /// elsewhere at a bigger size after an OOM kill).
     pub pending_pod_hours_by_cause: BTreeMap<String, f64>,
-    /// Nodes launched.
+    /// Nodes launched over the run (the bring-up before the start aside).
     pub launches: u64,
+    /// Nodes launched in the bring-up before the start: the running cluster the run
+    /// begins with.
+    pub launches_before_start: u64,
     /// Spot VMs reclaimed by the cloud (their pods rescheduled).
     pub spot_interruptions: u64,
 }
@@ -1625,6 +1628,7 @@ pub async fn run(
             .map(|(cause, seconds)| (cause.to_string(), seconds / 3600.0))
             .collect(),
         launches: cloud.launches() - launched_before,
+        launches_before_start: launched_before,
         spot_interruptions: world.spot_interruptions,
     };
     let workloads = scenario
