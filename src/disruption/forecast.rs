@@ -112,7 +112,7 @@ impl DemandHistory {
     /// or, when the history holds the peak until a day, is expected to need the most it
     /// requested so far; a pool without history has no entry.
     pub fn expected(&self, input: &Input, now: i64, horizon: i64) -> BTreeMap<String, Resources> {
-        self.expect(input, now, horizon, self.hold_peak)
+        self.expected_within(input, now, horizon, self.hold_peak)
     }
 
     /// Per pool, the requests its nodes are expected to carry at the most within
@@ -125,10 +125,10 @@ impl DemandHistory {
         now: i64,
         horizon: i64,
     ) -> BTreeMap<String, Resources> {
-        self.expect(input, now, horizon, false)
+        self.expected_within(input, now, horizon, false)
     }
 
-    fn expect(
+    fn expected_within(
         &self,
         input: &Input,
         now: i64,

@@ -127,24 +127,11 @@ pub fn stand_ins(input: &Input, expected: &BTreeMap<String, Resources>) -> Vec<P
             let share = |total: i64| (total + count - 1) / count;
             let mut requests = Resources::cpu_memory(share(cpu), share(memory));
             requests.set(&Dimension::Pods, 1);
-            out.push(PodInfo {
-                key: format!("{STAND_IN_NAMESPACE}/{}-{i}", pool.name),
-                namespace: STAND_IN_NAMESPACE.to_string(),
-                labels: BTreeMap::new(),
-                requests,
-                node_requirements: pinned.clone(),
-                preferred_node: Vec::new(),
-                tolerations: tolerations.clone(),
-                affinity: Vec::new(),
-                anti_affinity: Vec::new(),
-                preferred_affinity: Vec::new(),
-                preferred_anti_affinity: Vec::new(),
-                spread: Vec::new(),
-                host_ports: Vec::new(),
-                node_name: None,
-                owner: None,
-                written: None,
-            });
+            let mut stand_in =
+                PodInfo::new(&format!("{STAND_IN_NAMESPACE}/{}-{i}", pool.name), requests);
+            stand_in.node_requirements = pinned.clone();
+            stand_in.tolerations = tolerations.clone();
+            out.push(stand_in);
         }
     }
     out
@@ -204,24 +191,9 @@ mod tests {
     fn pod(key: &str, cpu: i64, memory: i64) -> PodInfo {
         let mut requests = Resources::cpu_memory(cpu, memory);
         requests.set(&Dimension::Pods, 1);
-        PodInfo {
-            key: key.to_string(),
-            namespace: key.split('/').next().unwrap_or_default().to_string(),
-            labels: BTreeMap::new(),
-            requests,
-            node_requirements: Default::default(),
-            preferred_node: Vec::new(),
-            tolerations: Vec::new(),
-            affinity: Vec::new(),
-            anti_affinity: Vec::new(),
-            preferred_affinity: Vec::new(),
-            preferred_anti_affinity: Vec::new(),
-            spread: Vec::new(),
-            host_ports: Vec::new(),
-            node_name: None,
-            owner: Some("Deployment/web".to_string()),
-            written: None,
-        }
+        let mut p = PodInfo::new(key, requests);
+        p.owner = Some("Deployment/web".to_string());
+        p
     }
 
     fn node(name: &str, pool: &str, cpu: i64, memory: i64, pods: Vec<PodInfo>) -> ExistingNode {
@@ -253,7 +225,7 @@ mod tests {
         }
     }
 
-    fn expect(cpu: i64, memory: i64) -> BTreeMap<String, Resources> {
+    fn expecting(cpu: i64, memory: i64) -> BTreeMap<String, Resources> {
         BTreeMap::from([("default".to_string(), Resources::cpu_memory(cpu, memory))])
     }
 
@@ -269,7 +241,7 @@ mod tests {
             .map(|i| pod(&format!("shop/web-{i}"), 500, GIB))
             .collect();
         let input = input(vec![node("n1", "default", 4000, 16 * GIB, pods)], vec![]);
-        let stand_ins = stand_ins(&input, &expect(4000, 8 * GIB));
+        let stand_ins = stand_ins(&input, &expecting(4000, 8 * GIB));
         assert_eq!(stand_ins.len(), 4);
         assert_eq!(total(&stand_ins, Dimension::Cpu), 2000);
         assert_eq!(total(&stand_ins, Dimension::Memory), 4 * GIB);
@@ -292,7 +264,7 @@ mod tests {
             vec![],
         );
         // Expected no more than carried.
-        assert!(stand_ins(&carried, &expect(1000, 2 * GIB)).is_empty());
+        assert!(stand_ins(&carried, &expecting(1000, 2 * GIB)).is_empty());
         // A pool the forecast says nothing of.
         assert!(stand_ins(&carried, &BTreeMap::new()).is_empty());
         // Growth already pending.
@@ -300,10 +272,10 @@ mod tests {
             vec![node("n1", "default", 4000, 16 * GIB, pods)],
             vec![pod("shop/web-1", 1000, 2 * GIB)],
         );
-        assert!(stand_ins(&with_pending, &expect(2000, 4 * GIB)).is_empty());
+        assert!(stand_ins(&with_pending, &expecting(2000, 4 * GIB)).is_empty());
         // A pool with no pods yet has no median pod to stand in for.
         let empty = input(vec![node("n1", "default", 4000, 16 * GIB, vec![])], vec![]);
-        assert!(stand_ins(&empty, &expect(2000, 4 * GIB)).is_empty());
+        assert!(stand_ins(&empty, &expecting(2000, 4 * GIB)).is_empty());
     }
 
     #[test]
@@ -324,7 +296,7 @@ mod tests {
             effect: "NoSchedule".to_string(),
             ..Taint::default()
         }];
-        let s = stand_ins(&i, &expect(1500, 3 * GIB));
+        let s = stand_ins(&i, &expecting(1500, 3 * GIB));
         assert_eq!(s.len(), 2);
         assert!(s.iter().all(|p| {
             i.pools[0].taints.iter().all(|t| {
@@ -400,7 +372,7 @@ mod tests {
         i.pools[0].instance_types = crate::catalog::Catalog::builtin()
             .and_then(|c| c.instance_types(&crate::catalog::CatalogOptions::for_region("eastus")))
             .expect("the built-in catalog loads");
-        i.pending = stand_ins(&i, &expect(6000, 12 * GIB));
+        i.pending = stand_ins(&i, &expecting(6000, 12 * GIB));
         assert_eq!(i.pending.len(), 6);
         let plan = schedule(&i, &Options::default());
         let on_existing: usize = plan.existing_nodes.iter().map(|e| e.pods.len()).sum();

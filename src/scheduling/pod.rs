@@ -221,6 +221,29 @@ pub struct PodInfo {
 }
 
 impl PodInfo {
+    /// A pod with only a key (`namespace/name`) and requests: no labels, constraints,
+    /// tolerations or owner, not bound to a node.
+    pub fn new(key: &str, requests: Resources) -> Self {
+        PodInfo {
+            key: key.to_string(),
+            namespace: key.split('/').next().unwrap_or_default().to_string(),
+            labels: BTreeMap::new(),
+            requests,
+            node_requirements: NodeRequirements::default(),
+            preferred_node: Vec::new(),
+            tolerations: Vec::new(),
+            affinity: Vec::new(),
+            anti_affinity: Vec::new(),
+            preferred_affinity: Vec::new(),
+            preferred_anti_affinity: Vec::new(),
+            spread: Vec::new(),
+            host_ports: Vec::new(),
+            node_name: None,
+            owner: None,
+            written: None,
+        }
+    }
+
     /// Whether the pod has any constraint that involves other pods or ports (and so cannot
     /// be moved freely between nodes by the packer).
     pub fn has_pod_constraints(&self) -> bool {

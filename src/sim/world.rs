@@ -384,24 +384,10 @@ struct World<'a> {
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
-    PodInfo {
-        key: format!("{namespace}/{name}"),
-        namespace: namespace.to_string(),
-        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
-        requests: Resources::default(),
-        node_requirements: Default::default(),
-        preferred_node: Vec::new(),
-        tolerations: Vec::new(),
-        affinity: Vec::new(),
-        anti_affinity: Vec::new(),
-        preferred_affinity: Vec::new(),
-        preferred_anti_affinity: Vec::new(),
-        spread: Vec::new(),
-        host_ports: Vec::new(),
-        node_name: None,
-        owner: Some(format!("{}/{app}", kind.as_str())),
-        written: None,
-    }
+    let mut info = PodInfo::new(&format!("{namespace}/{name}"), Resources::default());
+    info.labels = BTreeMap::from([("app".to_string(), app.to_string())]);
+    info.owner = Some(format!("{}/{app}", kind.as_str()));
+    info
 }
 
 fn resources(cpu: i64, memory: i64) -> Resources {
