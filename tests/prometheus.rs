@@ -39,11 +39,13 @@ struct Fixture {
     openmetrics: String,
 }
 
-/// Two days of one-minute samples ending a day ago: two web containers, a batch worker
-/// OOM-killed after 36 hours, and the pause and cgroup series that must be ignored.
+/// Two days of one-minute samples from midnight UTC three days ago: two web containers, a
+/// batch worker OOM-killed after 36 hours, and the pause and cgroup series that must be
+/// ignored. The days start at midnight so that the decay weights meet the daily cycle at
+/// the same phase whenever the test runs.
 fn fixture() -> Fixture {
     let now = jiff::Timestamp::now().as_second();
-    let start = (now / 3600) * 3600 - 3 * DAY;
+    let start = (now / DAY) * DAY - 3 * DAY;
     let end = start + 2 * DAY;
     let containers = [
         ("shop", "web-1", "app", 0.4, 300.0),
@@ -295,6 +297,24 @@ fn weighted_percentile(samples: &[(i64, f64)], start: i64, p: f64) -> f64 {
     v.last().map_or(0.0, |s| s.0)
 }
 
+/// What a CPU request of `r` costs over the decay-weighted samples, as the recommender
+/// weighs it: the weighted mean of `r - x` over samples below `r` (waste) relative to the
+/// samples' mean, plus `weight` times the weighted share of samples above `r` (starvation).
+fn waste_starvation_cost(samples: &[(i64, f64)], start: i64, weight: f64, r: f64) -> f64 {
+    let (mut total, mut sum, mut waste, mut above) = (0.0, 0.0, 0.0, 0.0);
+    for (t, x) in samples {
+        let w = ((t - start) as f64 / DAY as f64).exp2();
+        total += w;
+        sum += w * x;
+        if *x > r {
+            above += w;
+        } else {
+            waste += w * (r - x);
+        }
+    }
+    waste / sum + weight * above / total
+}
+
 fn cpu_milli(q: &serde_json::Value) -> f64 {
     let s = q.as_str().expect("a quantity");
     s.strip_suffix('m').map_or_else(
@@ -355,9 +375,9 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     assert_eq!(web["container"], "app");
     assert_eq!(web["current"]["requests"]["cpu"], "2");
 
-    // CPU: both replicas' 5-minute mean usage every 5 minutes, decay-weighted: the 70th
-    // percentile, raised to half the 99th if that at most doubles it (no CPU margin by
-    // default).
+    // CPU: both replicas' 5-minute mean usage every 5 minutes, decay-weighted. The floor is
+    // the 70th percentile, raised to half the 99th if that at most doubles it (no CPU margin
+    // by default).
     let mut cpu = Vec::new();
     for base in [0.4, 0.6] {
         for t in (f.end - 2 * DAY + 300..=f.end).step_by(300) {
@@ -372,12 +392,28 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     } else {
         body
     };
-    let expected_cpu = sustained * 1000.0;
+    let floor = sustained * 1000.0;
+    // Above the floor, the request rises to the level where covering more samples would
+    // waste more than it spares (starvation weighing 1.75 against waste relative to the
+    // mean): the best such level among the samples, found exactly here, and within a
+    // histogram bucket (5%) of it in Tailor.
+    let start = f.end - 2 * DAY;
+    let cost = |milli: f64| waste_starvation_cost(&cpu, start, 1.75, milli / 1000.0);
+    let (best_cost, best) = cpu
+        .iter()
+        .map(|s| s.1 * 1000.0)
+        .chain([floor])
+        .filter(|m| *m >= floor)
+        .map(|m| (cost(m), m))
+        .fold((f64::INFINITY, floor), |a, b| if b.0 < a.0 { b } else { a });
+    // At midnight the 70th percentile (570m) is well short of that level (600m).
+    assert!(cost(floor) > best_cost + 0.05, "{floor} vs {best}");
     let got_cpu = cpu_milli(&web["recommended"]["requests"]["cpu"]);
     assert!(
-        got_cpu >= expected_cpu * 0.999 && got_cpu <= expected_cpu * 1.05 + 1.0,
-        "cpu {got_cpu}m vs {expected_cpu:.0}m"
+        got_cpu >= best * 0.999 && got_cpu <= best * 1.05 + 1.0,
+        "cpu {got_cpu}m vs {best:.0}m (floor {floor:.0}m)"
     );
+    assert!(cost(got_cpu) <= best_cost + 0.01, "cpu {got_cpu}m");
     // Memory: the highest daily peak over both replicas (web-2 reaches exactly 540Mi every
     // day), plus 4%, rounded up to a MiB.
     let expected_memory = 540.0 * MIB * 1.04;
