@@ -1170,3 +1170,182 @@ async fn drifted_nodes_are_replaced_and_the_replacement_is_ready_before_the_drai
         .collect();
     assert_eq!(families, BTreeSet::from(["E".to_string()]));
 }
+
+/// Requests of pool `default` as an earlier leader kept them: every five minutes from 26
+/// hours to 18 hours before `now`, `cpu` millicores and `memory` MiB until 24 hours before
+/// `now` plus `step_after` seconds, three times that from then on (yesterday's morning
+/// ramp, minutes from now today).
+fn kept_history(now: i64, cpu: i64, memory_mib: i64, step_after: i64) -> String {
+    let points: Vec<[i64; 3]> = (now - 26 * 3600..=now - 18 * 3600)
+        .step_by(300)
+        .map(|t| {
+            let k = if t < now - 24 * 3600 + step_after {
+                1
+            } else {
+                3
+            };
+            [t, k * cpu, (k * memory_mib) << 20]
+        })
+        .collect();
+    serde_json::json!({"version": 1, "resolution": 300, "pools": {"default": points}}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_is_bought_ahead_of_the_growth_yesterdays_cycle_expects_and_kept_until_it_comes() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    // A pool that consolidates at once: the capacity bought ahead stands empty until the
+    // pods come, and only the forecast keeps it.
+    cp.apply_yaml(EAGER_POOL).await;
+    let now = jiff::Timestamp::now().as_second();
+    let history = kept_history(now, 2000, 2048, 20 * 60);
+    let config_map = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": tailor::controllers::demand::CONFIG_MAP, "namespace": "default"},
+        "data": {(tailor::controllers::demand::KEY): history},
+    });
+    control_plane::create_value(&cp.client, config_map)
+        .await
+        .expect("the kept history");
+    cp.apply_yaml(&deployment("web", 4, "500m", "512Mi", ""))
+        .await;
+    let agent = Agent::start(&cp, "agent-ahead", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    wait_running(&pods, 4, 120).await;
+
+    // Nothing is pending, yet yesterday the pool's requests tripled within the hour after
+    // this one: the agent buys for the growth.
+    let claims = claims_api(&cp);
+    let ahead = eventually(
+        Duration::from_secs(120),
+        "a NodeClaim bought ahead",
+        || async {
+            let listed = list(&claims).await;
+            let ahead: Vec<NodeClaim> = listed
+                .into_iter()
+                .filter(|c| c.annotations().contains_key(labels::HEADROOM_ANNOTATION))
+                .collect();
+            (!ahead.is_empty()).then_some(ahead)
+        },
+    )
+    .await;
+    let why = ahead[0].annotations()[labels::HEADROOM_ANNOTATION].clone();
+    assert!(why.contains("within 3h"), "{why}");
+    assert_eq!(
+        list(&pods)
+            .await
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+            .count(),
+        0,
+        "bought with no pod pending"
+    );
+    assert!(agent.log().contains("demand history read back"));
+
+    // The nodes bought ahead register and stay empty; consolidation, which removes an
+    // empty node at once in this pool, keeps them.
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let ahead_names: BTreeSet<String> = ahead.iter().map(|c| c.name_any()).collect();
+    eventually(
+        Duration::from_secs(60),
+        "the nodes bought ahead registered",
+        || async {
+            let names: BTreeSet<String> = list(&nodes).await.iter().map(|n| n.name_any()).collect();
+            ahead_names.is_subset(&names).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let claims_before: BTreeSet<String> =
+        list(&claims).await.iter().map(|c| c.name_any()).collect();
+    assert!(
+        ahead_names.is_subset(&claims_before),
+        "consolidation removed capacity the forecast expects: {ahead_names:?} of {claims_before:?}\n{}",
+        agent.log()
+    );
+    let nodes_before: BTreeSet<String> = list(&nodes).await.iter().map(|n| n.name_any()).collect();
+
+    // Further growth is only reported once the pool is recommend-only.
+    let pools: Api<NodePool> = Api::all(cp.client.clone());
+    pools
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {labels::MODE_ANNOTATION: "recommend"}}})),
+        )
+        .await
+        .expect("annotate");
+
+    // The morning comes: eight more pods, and they run at once on what was bought.
+    scale(&cp, "web", 12).await;
+    let running_now = {
+        wait_running(&pods, 12, 60).await;
+        list(&pods).await
+    };
+    let on: BTreeSet<String> = running_now
+        .iter()
+        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .collect();
+    assert!(
+        on.is_subset(&nodes_before),
+        "pods ran on nodes bought after they came: {on:?} vs {nodes_before:?}"
+    );
+    assert!(
+        on.intersection(&ahead_names).count() > 0,
+        "no pod on the capacity bought ahead: {on:?}"
+    );
+
+    // With twelve pods now and tripled requests expected, the recommend-only pool is told
+    // what buying ahead would launch; nothing is created.
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let report = eventually(Duration::from_secs(90), "a WouldBuyAhead event", || async {
+        list(&events)
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("WouldBuyAhead"))
+    })
+    .await;
+    let note = report.message.unwrap_or_default();
+    assert!(
+        note.contains("recommend-only") && note.contains("/hour") && note.contains("nothing done"),
+        "{note}"
+    );
+    let claims_now: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
+    assert_eq!(
+        claims_now, claims_before,
+        "a NodeClaim was created or removed"
+    );
+    println!(
+        "bought ahead: {} ({why}); {} of the new pods' nodes were bought ahead; then: {note}",
+        ahead
+            .iter()
+            .filter_map(|c| instance_types_of(c).into_iter().next())
+            .collect::<Vec<_>>()
+            .join(", "),
+        on.intersection(&ahead_names).count()
+    );
+
+    // The leader keeps what it records: the ConfigMap now holds a sample taken today.
+    let maps: Api<ConfigMap> = Api::namespaced(cp.client.clone(), "default");
+    let kept = maps
+        .get(tailor::controllers::demand::CONFIG_MAP)
+        .await
+        .expect("the ConfigMap");
+    let json = kept
+        .data
+        .and_then(|d| d.get(tailor::controllers::demand::KEY).cloned())
+        .expect("the history");
+    let saved: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let newest = saved["pools"]["default"]
+        .as_array()
+        .and_then(|p| p.last())
+        .and_then(|p| p[0].as_i64())
+        .expect("a point");
+    assert!(
+        newest >= now,
+        "no sample recorded since the agent started: {newest} < {now}"
+    );
+}

@@ -5,7 +5,8 @@
 //! PodDisruptionBudget until the NodeClaim's termination grace period, right-sizing (a real
 //! Prometheus with usage: Recommendations and their checkpoints, policy statuses, the
 //! webhook's configuration, an in-place resize the node cannot make and the eviction that
-//! follows, pod templates patched by `RollingRestart`), consolidation of empty nodes, and
+//! follows, pod templates patched by `RollingRestart`), consolidation of empty nodes, the
+//! demand history the leader keeps in a ConfigMap, and
 //! recommend-only reports that repeat (an Event series). No request is refused.
 //!
 //! Then every permission the chart grants (each verb on each resource of each rule) is
@@ -35,7 +36,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
@@ -582,6 +583,10 @@ async fn reset(cp: &ControlPlane) {
         .await;
     let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
         .delete(tailor::webhook::CONFIGURATION_NAME, &background)
+        .await;
+    // The demand history the leader keeps, so each run creates it afresh.
+    let _ = Api::<ConfigMap>::namespaced(c.clone(), NAMESPACE)
+        .delete(tailor::controllers::demand::CONFIG_MAP, &background)
         .await;
     let no_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
     let claims = Api::<NodeClaim>::all(c.clone());

@@ -65,6 +65,10 @@ pub const UNREGISTERED_TAINT_KEY: &str = "tailor.sh/unregistered";
 /// the nodes of one batch back until all of them have appeared (or a short hold expires), so
 /// kube-scheduler sees the planned nodes together and binds pods where the plan put them.
 pub const LAUNCH_BATCH_ANNOTATION: &str = "tailor.sh/launch-batch";
+
+/// Annotation on a NodeClaim bought ahead of the growth the requests' cycle expects rather
+/// than for pending pods (`provisioning::headroom`): what it was bought for.
+pub const HEADROOM_ANNOTATION: &str = "tailor.sh/headroom";
 /// Finalizer that holds a NodeClaim or node until its VM has been deleted.
 pub const TERMINATION_FINALIZER: &str = "tailor.sh/termination";
 

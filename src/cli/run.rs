@@ -141,6 +141,12 @@ pub struct RunArgs {
     #[arg(long, env = "TAILOR_BATCH_MAX", default_value = "10s", value_parser = parse_std_duration)]
     pub batch_max: Duration,
 
+    /// Buy capacity this far ahead of the growth the requests' daily and weekly cycle
+    /// expects (learnt while the agent runs and kept in the ConfigMap
+    /// `tailor-demand-history`); `0s` buys only for pending pods.
+    #[arg(long, env = "TAILOR_HEADROOM_LEAD", default_value = "3h", value_parser = parse_std_duration)]
+    pub headroom_lead: Duration,
+
     /// Log format.
     #[arg(long, env = "TAILOR_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -289,6 +295,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         leader_election_name,
         batch_idle,
         batch_max,
+        headroom_lead,
         log_format: _,
         kwok_launch_delay,
         kwok_no_capacity,
@@ -363,6 +370,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         rightsizing_interval,
         namespace: namespace.clone(),
         webhook: webhook_address.is_some(),
+        headroom_lead: i64::try_from(headroom_lead.as_secs()).unwrap_or(i64::MAX),
         ..Settings::default()
     };
     let writer = Writer::new(write_client, leader.clone(), &identity);
@@ -418,6 +426,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                 catalog: std::sync::Arc::new(std::sync::RwLock::new(catalog)),
                 catalog_options,
                 settings,
+                demand: Default::default(),
             });
             controllers::run(ctx, &mut tasks);
         }
@@ -503,6 +512,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                 catalog: shared,
                 catalog_options,
                 settings,
+                demand: Default::default(),
             });
             controllers::run(ctx, &mut tasks);
         }

@@ -153,14 +153,21 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
     let mut validating: Option<(Timestamp, Decision)> = None;
     let mut reported: HashMap<String, Timestamp> = HashMap::new();
-    // The requests' daily and weekly cycle, learnt while the agent runs (a restart begins
-    // a new history; until a day is recorded nothing is expected).
-    let mut demand = disruption::forecast::DemandHistory::new();
+    // The requests' daily and weekly cycle, learnt while the agent leads and kept in a
+    // ConfigMap (until a day is recorded nothing is expected); read back on taking the
+    // lead, and written as it grows.
+    let mut leading = false;
+    let mut saved: Option<i64> = None;
     loop {
         tokio::time::sleep(INTERVAL).await;
         if !ctx.writer.is_leader() {
             validating = None;
+            leading = false;
             continue;
+        }
+        if !leading {
+            leading = true;
+            super::demand::load(&ctx).await;
         }
         let now = ctx.clock.now();
         let claims = ctx.state.node_claims.state();
@@ -202,12 +209,20 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             validating = None;
             continue;
         };
-        demand.record(&cluster.input, cluster.now);
-        cluster.expected = demand.expected(
-            &cluster.input,
-            cluster.now,
-            disruption::forecast::DEFAULT_HORIZON,
-        );
+        let newest = {
+            let mut demand = ctx.demand.lock().unwrap_or_else(|e| e.into_inner());
+            demand.record(&cluster.input, cluster.now);
+            cluster.expected = demand.expected(
+                &cluster.input,
+                cluster.now,
+                disruption::forecast::DEFAULT_HORIZON,
+            );
+            demand.newest()
+        };
+        if newest.is_some_and(|t| saved.is_none_or(|s| t - s >= super::demand::SAVE_EVERY)) {
+            saved = newest;
+            super::demand::save(&ctx).await;
+        }
         // The cluster model holds what is decided over; the pods' copy goes before the
         // evaluation and the writes that follow.
         snapshot.pods = Vec::new();

@@ -9,6 +9,8 @@
 //!   replacements ready before anything is drained; reported only in recommend-only mode;
 //! - [`garbage_collection`]: instances without a NodeClaim, NodeClaims without an instance;
 //! - [`cost`]: the managed nodes counted and priced, for the cost metrics;
+//! - [`demand`]: the requests' daily and weekly cycle, shared by provisioning (buying ahead)
+//!   and disruption (keeping what the morning needs), kept in a ConfigMap;
 //! - [`rightsizing`]: usage read from Prometheus every interval, one Recommendation per
 //!   workload with its histogram checkpoint;
 //! - [`writes`]: every write to the cluster, checked against leadership.
@@ -18,6 +20,7 @@
 //! All controllers are started by [`run`] from one list.
 
 pub mod cost;
+pub mod demand;
 pub mod disruption;
 pub mod garbage_collection;
 pub mod nodeclaim;
@@ -76,6 +79,9 @@ pub struct Settings {
     /// Whether the admission webhook serves (`--webhook-address`): only then do pods
     /// evicted because they cannot be resized in place come back with the new requests.
     pub webhook: bool,
+    /// How far ahead (seconds) capacity is bought for the growth the requests' cycle
+    /// expects (`provisioning::headroom`); 0 buys only for pending pods.
+    pub headroom_lead: i64,
 }
 
 /// How often right-sizing runs unless told otherwise.
@@ -100,6 +106,7 @@ impl Default for Settings {
             usage_stale_after: DEFAULT_USAGE_STALE_AFTER,
             namespace: "default".to_string(),
             webhook: false,
+            headroom_lead: crate::provisioning::headroom::DEFAULT_LEAD,
         }
     }
 }
@@ -122,6 +129,9 @@ pub struct Context<C> {
     pub catalog_options: CatalogOptions,
     /// Settings.
     pub settings: Settings,
+    /// The requests' cycle per NodePool, recorded by disruption and read by both
+    /// disruption and provisioning ([`demand`]).
+    pub demand: std::sync::Mutex<crate::disruption::forecast::DemandHistory>,
 }
 
 impl<C: CloudProvider> Context<C> {

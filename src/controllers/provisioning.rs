@@ -45,6 +45,13 @@ const EPHEMERAL_TAINTS: &[&str] = &[
     "node.cloudprovider.kubernetes.io/uninitialized",
 ];
 
+/// How often the provisioner looks whether to buy ahead of the growth the requests' cycle
+/// expects (`provisioning::headroom`), while nothing is pending or launching.
+const HEADROOM_EVERY: SignedDuration = SignedDuration::from_secs(30);
+
+/// A recommend-only pool is told what buying ahead would launch at most this often.
+const HEADROOM_REPORT_AGAIN: SignedDuration = SignedDuration::from_hours(1);
+
 /// Where a pending pod was last planned to land.
 #[derive(Debug, Clone)]
 enum Target {
@@ -67,6 +74,10 @@ struct Round {
     /// Pending pods (by uid) whose right-sizing resize was refused: planned as they are
     /// from then on, or every round would buy a node they do not fit.
     resize_refused: BTreeSet<String>,
+    /// When the provisioner last looked whether to buy ahead.
+    headroom_at: Option<Timestamp>,
+    /// When each recommend-only pool was last told what buying ahead would launch.
+    headroom_reported: HashMap<String, Timestamp>,
 }
 
 /// Runs the provisioner until aborted.
@@ -111,7 +122,156 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             for pod in std::mem::take(&mut round.uncovered) {
                 round.covered.entry(pod).or_insert(Target::Until(retry_at));
             }
+        } else if ctx.settings.headroom_lead > 0
+            && round.uncovered.is_empty()
+            && round
+                .headroom_at
+                .is_none_or(|t| now.duration_since(t) >= HEADROOM_EVERY)
+        {
+            round.headroom_at = Some(now);
+            buy_ahead(&ctx, &mut round, now).await;
         }
+    }
+}
+
+/// Buys ahead of the growth the requests' daily and weekly cycle expects within the lead
+/// (`provisioning::headroom::plan`), while no pod is pending and no NodeClaim launching:
+/// NodeClaims for the pools in autonomous mode, annotated with what they were bought for;
+/// for a pool in recommend-only mode, an Event with what would be launched and its price.
+async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: Timestamp) {
+    {
+        let pods = ctx.state.pods.state();
+        if pods.iter().any(|p| is_provisionable(p)) {
+            return;
+        }
+        let claims = ctx.state.node_claims.state();
+        if claims.iter().any(|c| {
+            c.metadata.deletion_timestamp.is_none()
+                && !c.condition_true(crate::apis::nodeclaim::condition::INITIALIZED)
+        }) {
+            return;
+        }
+    }
+    let mut snapshot = ctx
+        .state
+        .snapshot_with_pods(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+    // Invalid pools are reported by the provisioning rounds; nothing is bought for them.
+    snapshot
+        .node_pools
+        .retain(|p| p.metadata.deletion_timestamp.is_none() && validate_pool(p).is_ok());
+    if snapshot.node_pools.is_empty() {
+        return;
+    }
+    let types = match ctx.instance_types().await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(error = %e, "instance types unavailable; not buying ahead");
+            return;
+        }
+    };
+    let mut input = match Input::from_snapshot(&snapshot, &types) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::debug!(error = %e, "the cluster cannot be planned; not buying ahead");
+            return;
+        }
+    };
+    add_in_flight(&mut input, &snapshot);
+    let suffix: u32 = rand::rng().random();
+    let batch = format!("h{suffix:08x}");
+    let options = Options {
+        cost_aware: true,
+        name_prefix: format!("{batch}-"),
+        ..Options::default()
+    };
+    let claims = {
+        let demand = ctx.demand.lock().unwrap_or_else(|e| e.into_inner());
+        crate::provisioning::headroom::plan(
+            &input,
+            &demand,
+            now.as_second(),
+            ctx.settings.headroom_lead,
+            crate::disruption::forecast::DEFAULT_HORIZON.max(ctx.settings.headroom_lead),
+            &options,
+        )
+    };
+    if claims.is_empty() {
+        return;
+    }
+    let pools: HashMap<String, &NodePool> = snapshot
+        .node_pools
+        .iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+    let lead = format_hours(ctx.settings.headroom_lead);
+    let mut by_pool: BTreeMap<&str, Vec<&PlannedNodeClaim>> = BTreeMap::new();
+    for claim in &claims {
+        by_pool
+            .entry(claim.node_pool.as_str())
+            .or_default()
+            .push(claim);
+    }
+    for (pool_name, planned) in by_pool {
+        let Some(pool) = pools.get(pool_name).copied() else {
+            continue;
+        };
+        let price: f64 = planned.iter().map(|c| c.price_per_hour).sum();
+        let stand_ins: usize = planned.iter().map(|c| c.pods.len()).sum();
+        let sizes: Vec<&str> = planned.iter().map(|c| c.instance_type.as_str()).collect();
+        let why = format!(
+            "the requests' daily and weekly cycle expects {pool_name} to outgrow its room within {lead}: capacity for {stand_ins} pod(s) the size of its median pod"
+        );
+        if ctx.mode_for(Some(pool)) != Mode::Autonomous {
+            let due = round
+                .headroom_reported
+                .get(pool_name)
+                .is_none_or(|t| now.duration_since(*t) >= HEADROOM_REPORT_AGAIN);
+            if due {
+                round.headroom_reported.insert(pool_name.to_string(), now);
+                ctx.writer
+                    .event(
+                        &reference(pool),
+                        EventType::Normal,
+                        "WouldBuyAhead",
+                        "Provision",
+                        format!(
+                            "recommend-only: {why}; buying ahead would launch {} node(s) ({}) at ${price:.4}/hour; nothing done",
+                            planned.len(),
+                            sizes.join(", ")
+                        ),
+                    )
+                    .await;
+            }
+            continue;
+        }
+        for p in planned {
+            let mut claim = node_claim_for(p, pool, &snapshot);
+            let annotations = claim.annotations_mut();
+            annotations.insert(labels::LAUNCH_BATCH_ANNOTATION.to_string(), batch.clone());
+            annotations.insert(labels::HEADROOM_ANNOTATION.to_string(), why.clone());
+            match ctx.writer.apply_node_claim(&claim).await {
+                Ok(_) => tracing::info!(
+                    nodeclaim = %claim.name_any(),
+                    instance_type = %p.instance_type,
+                    nodepool = %pool_name,
+                    "created nodeclaim ahead of expected growth"
+                ),
+                Err(e) => {
+                    tracing::warn!(nodepool = %pool_name, error = %e, "buying ahead failed");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Seconds as hours and minutes, for messages.
+fn format_hours(seconds: i64) -> String {
+    let (h, m) = (seconds / 3600, seconds % 3600 / 60);
+    match (h, m) {
+        (0, m) => format!("{m}m"),
+        (h, 0) => format!("{h}h"),
+        (h, m) => format!("{h}h{m}m"),
     }
 }
 

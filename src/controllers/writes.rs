@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Secret, Taint};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod, Secret, Taint};
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -247,6 +247,51 @@ impl Writer {
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(api_error(what())(e)),
         }
+    }
+
+    /// One key of the ConfigMap `namespace/name` where the agent keeps state across
+    /// restarts and leaders; `None` when the ConfigMap or the key does not exist. Any
+    /// replica: a new leader reads what the last one kept.
+    pub async fn config_map_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<String>> {
+        let what = || format!("read configmap {namespace}/{name}");
+        let found = Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(api_error(what()))?;
+        Ok(found.and_then(|c| c.data).and_then(|mut d| d.remove(key)))
+    }
+
+    /// Keeps `value` under `key` of the ConfigMap `namespace/name` (server-side apply,
+    /// which creates it the first time).
+    pub async fn apply_config_map_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
+        let what = || format!("apply configmap {namespace}/{name}");
+        self.check(what)?;
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "tailor"},
+            },
+            "data": {key: value},
+        });
+        Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
+            .patch(name, &Self::apply_params(), &Patch::Apply(&body))
+            .await
+            .map(|_| ())
+            .map_err(api_error(what()))
     }
 
     /// Applies a NodePool's status (its conditions).

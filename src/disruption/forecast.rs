@@ -39,6 +39,19 @@ struct Point {
     memory: i64,
 }
 
+/// The layout of [`DemandHistory::to_json`].
+const SAVED_VERSION: u32 = 1;
+
+/// A history as kept across restarts.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Saved {
+    version: u32,
+    /// Seconds between samples, for readers.
+    resolution: i64,
+    pools: BTreeMap<String, Vec<[i64; 3]>>,
+}
+
 /// Requested CPU and memory per NodePool over time.
 #[derive(Debug, Clone, Default)]
 pub struct DemandHistory {
@@ -126,6 +139,81 @@ impl DemandHistory {
         horizon: i64,
     ) -> BTreeMap<String, Resources> {
         self.expected_within(input, now, horizon, false)
+    }
+
+    /// The newest sample's time, over all pools.
+    pub fn newest(&self) -> Option<i64> {
+        self.pools
+            .values()
+            .filter_map(|p| p.back())
+            .map(|p| p.t)
+            .max()
+    }
+
+    /// The history as JSON, for keeping it across restarts: per pool, `[time, cpu
+    /// millicores, memory bytes]` in time order. Points older than `keep` seconds before the
+    /// newest are left out (the history needs a week and a horizon; a smaller `keep`
+    /// bounds the size where many pools would not fit an object).
+    pub fn to_json(&self, keep: i64) -> String {
+        let newest = self.newest().unwrap_or(0);
+        let saved = Saved {
+            version: SAVED_VERSION,
+            resolution: RESOLUTION,
+            pools: self
+                .pools
+                .iter()
+                .map(|(pool, points)| {
+                    let kept = points
+                        .iter()
+                        .filter(|p| newest - p.t <= keep)
+                        .map(|p| [p.t, p.cpu, p.memory])
+                        .collect();
+                    (pool.clone(), kept)
+                })
+                .collect(),
+        };
+        serde_json::to_string(&saved).unwrap_or_default()
+    }
+
+    /// A history read back from [`DemandHistory::to_json`]'s output, expecting nothing
+    /// until it holds a day (as [`DemandHistory::new`]). Points older than a week and a
+    /// horizon before `now`, or after `now`, are dropped. An error names the pool, the
+    /// point and what is wrong with it; nothing of a bad document is used.
+    pub fn from_json(json: &str, now: i64) -> Result<Self, String> {
+        let saved: Saved =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(json))
+                .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
+        if saved.version != SAVED_VERSION {
+            return Err(format!(
+                "version: {} is not {SAVED_VERSION}, the only version this agent reads",
+                saved.version
+            ));
+        }
+        let mut history = DemandHistory::new();
+        for (pool, points) in saved.pools {
+            let mut kept = VecDeque::new();
+            let mut last: Option<i64> = None;
+            for (i, [t, cpu, memory]) in points.into_iter().enumerate() {
+                if cpu < 0 || memory < 0 {
+                    return Err(format!(
+                        "pools.{pool}[{i}]: requests {cpu}m CPU and {memory} bytes must not be negative"
+                    ));
+                }
+                if last.is_some_and(|l| t <= l) {
+                    return Err(format!(
+                        "pools.{pool}[{i}]: time {t} is not after the point before it"
+                    ));
+                }
+                last = Some(t);
+                if t <= now && now - t <= KEEP {
+                    kept.push_back(Point { t, cpu, memory });
+                }
+            }
+            if !kept.is_empty() {
+                history.pools.insert(pool, kept);
+            }
+        }
+        Ok(history)
     }
 
     fn expected_within(
@@ -246,6 +334,36 @@ mod tests {
             let cpu = if minute < 8 * 60 { 4_000 } else { 10_000 };
             history.record(&input(cpu, 8), t);
         }
+    }
+
+    #[test]
+    fn a_saved_history_read_back_expects_the_same_and_a_bad_one_is_refused() {
+        let mut history = DemandHistory::new();
+        a_day_of_cycle(&mut history, 0);
+        let now = DAY + 5 * 3600;
+        let json = history.to_json(KEEP);
+        let back = DemandHistory::from_json(&json, now).expect("reads back");
+        let expected = back.expected(&input(4_000, 8), now, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 10_000);
+        assert_eq!(expected, history.expected(&input(4_000, 8), now, 6 * 3600));
+        // Kept to a shorter span, only the newest points are written.
+        let short = DemandHistory::from_json(&history.to_json(3600), now).expect("reads");
+        assert_eq!(short.pools["default"].len(), 13);
+        // Read long after, nothing is left to expect from.
+        let stale = DemandHistory::from_json(&json, 30 * DAY).expect("reads");
+        assert!(stale.pools.is_empty());
+        assert!(stale.expected(&input(4_000, 8), 30 * DAY, 3600).is_empty());
+
+        let refused = |json: &str| DemandHistory::from_json(json, now).expect_err(json);
+        assert!(refused("{").contains("EOF"), "{}", refused("{"));
+        let e = refused(r#"{"version":2,"resolution":300,"pools":{}}"#);
+        assert!(e.contains("version: 2"), "{e}");
+        let e = refused(r#"{"version":1,"resolution":300,"pools":{"default":[[10,1,1],[5,1,1]]}}"#);
+        assert!(e.contains("pools.default[1]: time 5"), "{e}");
+        let e = refused(r#"{"version":1,"resolution":300,"pools":{"gpu":[[10,-1,1]]}}"#);
+        assert!(e.contains("pools.gpu[0]") && e.contains("-1m"), "{e}");
+        let e = refused(r#"{"version":1,"resolution":300,"pools":{"gpu":[[10,1]]}}"#);
+        assert!(e.contains("pools.gpu[0]"), "{e}");
     }
 
     #[test]

@@ -12,8 +12,8 @@
 //! covers the growth of the whole forecast horizon at once ([`plan`]), in a few larger
 //! nodes rather than one more every hour of the ramp.
 //!
-//! The simulated cluster (`tailor demo`) provisions with it; the in-cluster provisioning
-//! controller buys only for pods already pending.
+//! The simulated cluster (`tailor demo`) and the in-cluster provisioning controller both
+//! buy ahead with [`plan`], from the history the disruption controller records.
 //!
 //! Pure: the caller passes the cluster and the history the forecast reads.
 
