@@ -61,7 +61,11 @@ fn rbac_is_least_privilege_with_reads_apart_from_writes() {
             .iter()
             .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
             .collect();
-        assert_eq!(roles.len(), 3, "read, write and leader-election roles");
+        assert_eq!(
+            roles.len(),
+            4,
+            "read, write, leader-election and state roles"
+        );
         let mut node_verbs = BTreeSet::new();
         for role in &roles {
             let name = role["metadata"]["name"].as_str().expect("name");
@@ -91,7 +95,19 @@ fn rbac_is_least_privilege_with_reads_apart_from_writes() {
                         "{name} holds no read verbs: {verbs:?}"
                     );
                     if strings(&rule["resources"]).contains(&"nodes".to_string()) {
-                        node_verbs.extend(verbs);
+                        node_verbs.extend(verbs.clone());
+                    }
+                }
+                if name.ends_with("-state") {
+                    assert_eq!(strings(&rule["resources"]), ["configmaps"]);
+                    assert_eq!(role["kind"], "Role", "its ConfigMap only");
+                    // Reads and writes name the one ConfigMap (create cannot be named).
+                    if verbs != ["create"] {
+                        assert_eq!(
+                            strings(&rule["resourceNames"]),
+                            [tailor::controllers::demand::CONFIG_MAP],
+                            "{rule:?}"
+                        );
                     }
                 }
                 if name.ends_with("-leader-election") {

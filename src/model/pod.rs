@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::requirements::{NodeRequirements, RequirementError, Requirements};
+use super::requirements::{NodeRequirements, Requirement, RequirementError, Requirements};
 use super::resources::{ResourceError, Resources};
 
 /// What is wrong with a pod field.
@@ -135,12 +135,24 @@ pub fn node_requirements(spec: &PodSpec) -> Result<NodeRequirements, FieldError>
         let field = format!(
             "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
         );
-        terms.push(
-            Requirements::from_node_selector_term(term).map_err(|e| FieldError::new(field, e))?,
-        );
+        let empty = term.match_expressions.as_ref().is_none_or(Vec::is_empty)
+            && term.match_fields.as_ref().is_none_or(Vec::is_empty);
+        terms.push(if empty {
+            // An empty term matches no node (the API's rule), not every node.
+            Requirements::new().with(Requirement::one_of(
+                EMPTY_TERM_KEY,
+                std::iter::empty::<&str>(),
+            ))
+        } else {
+            Requirements::from_node_selector_term(term).map_err(|e| FieldError::new(field, e))?
+        });
     }
     Ok(NodeRequirements::new(selector, terms))
 }
+
+/// The key of the requirement an empty required node-affinity term stands for: no node
+/// has a value in an empty set of it, so the term matches none.
+pub const EMPTY_TERM_KEY: &str = "tailor.sh/empty-node-selector-term";
 
 /// The pod's preferred node-affinity terms with their weights (1-100), heaviest first,
 /// for the scheduler to honour while it can and relax one at a time when it cannot.
@@ -269,6 +281,39 @@ mod tests {
             preferred.iter().map(|p| p.0).collect::<Vec<_>>(),
             vec![50, 10]
         );
+    }
+
+    #[test]
+    fn an_empty_required_term_matches_no_node_and_leaves_the_other_terms() {
+        let parse = |terms: &str| {
+            let yaml = format!(
+                "affinity:\n  nodeAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      nodeSelectorTerms: {terms}\ncontainers: []\n"
+            );
+            let spec: PodSpec = serde_yaml::from_str(&yaml).expect("valid spec");
+            node_requirements(&spec).expect("valid")
+        };
+        let node = |arch: &str| {
+            BTreeMap::from([
+                ("kubernetes.io/arch".to_string(), arch.to_string()),
+                ("kubernetes.io/hostname".to_string(), "n1".to_string()),
+            ])
+        };
+        let pool = Requirements::new().with(Requirement::one_of(
+            "kubernetes.io/arch",
+            ["amd64", "arm64"],
+        ));
+        let empty = parse("[{}]");
+        assert!(!empty.admits_labels(&node("amd64")));
+        assert!(empty.matches_labels(&node("amd64")).is_err());
+        assert!(empty.compatible(&pool).is_err());
+        assert!(!parse("[{matchExpressions: [], matchFields: []}]").admits_labels(&node("arm64")));
+        // ORed with a real term, only that term counts.
+        let one = parse(
+            "[{}, {matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]}]",
+        );
+        assert!(one.admits_labels(&node("arm64")));
+        assert!(!one.admits_labels(&node("amd64")));
+        assert!(one.compatible(&pool).is_ok());
     }
 
     #[test]
