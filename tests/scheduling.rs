@@ -167,6 +167,42 @@ fn required_node_affinity_terms_are_ored() {
 }
 
 #[test]
+fn an_empty_required_node_affinity_term_matches_no_node() {
+    // Kubernetes: an empty term matches no objects. Alone it leaves the pod nowhere to go;
+    // ORed with a real term, only that term counts.
+    let nowhere = "      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - {}";
+    let with_e = "      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - {}
+            - matchExpressions: [{key: karpenter.azure.com/sku-family, operator: In, values: [E]}]";
+    let p = plan(&format!(
+        "{POOL}{}{}",
+        pods("nowhere", 2, "1", "1Gi", nowhere),
+        pods("mem", 2, "1", "8Gi", with_e)
+    ));
+    assert_eq!(p.summary.unschedulable, 2, "{p:#?}");
+    assert!(
+        p.unschedulable
+            .iter()
+            .all(|u| u.pod.starts_with("default/nowhere")
+                && u.reason.contains("empty node affinity term")),
+        "{:#?}",
+        p.unschedulable
+    );
+    assert_eq!(
+        pods_per_label(&p, "mem", "tailor.sh/sku-family"),
+        [("E".to_string(), 2)].into(),
+        "{p:#?}"
+    );
+}
+
+#[test]
 fn preferred_node_affinity_is_honoured_when_it_can_be() {
     let spec = "      affinity:
         nodeAffinity:

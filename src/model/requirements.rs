@@ -461,6 +461,12 @@ pub struct Conflict {
 
 impl fmt::Display for Conflict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key == super::pod::EMPTY_TERM_KEY {
+            return write!(
+                f,
+                "requires an empty node affinity term, which matches no node"
+            );
+        }
         write!(
             f,
             "requires {} but node offers {}",

@@ -7,8 +7,9 @@ pub fn is_hard(taint: &Taint) -> bool {
     taint.effect == "NoSchedule" || taint.effect == "NoExecute"
 }
 
-/// Whether one toleration tolerates one taint: an empty effect matches every effect; an
-/// empty key with `Exists` matches every key; `Equal` (the default) compares values.
+/// Whether one toleration tolerates one taint, as Kubernetes' `ToleratesTaint`: an empty
+/// effect matches every effect and an empty key every key; `Exists` ignores the value,
+/// `Equal` (the default) compares it, and any other operator tolerates nothing.
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     if let Some(effect) = toleration.effect.as_deref()
         && !effect.is_empty()
@@ -17,13 +18,15 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
         return false;
     }
     let key = toleration.key.as_deref().unwrap_or("");
-    let operator = toleration.operator.as_deref().unwrap_or("Equal");
-    match operator {
-        "Exists" => key.is_empty() || key == taint.key,
-        _ => {
-            key == taint.key
-                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("") {
+        "Exists" => true,
+        "" | "Equal" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
         }
+        _ => false,
     }
 }
 
@@ -93,6 +96,42 @@ mod tests {
         ));
         assert!(tolerates(&toleration("", "Exists", "", ""), &gpu));
         assert!(!tolerates(&toleration("other", "Exists", "", ""), &gpu));
+    }
+
+    #[test]
+    fn the_scheduler_and_the_plan_validator_agree_on_every_toleration() {
+        // Every combination, including ones the API server refuses (an empty key with
+        // `Equal`, an unknown operator): the validator's independent reading is
+        // Kubernetes' `ToleratesTaint`, and the scheduler must not disagree with it.
+        let taints = [
+            taint("gpu", "true", "NoSchedule"),
+            taint("gpu", "", "NoExecute"),
+            taint("spot", "true", "PreferNoSchedule"),
+        ];
+        let mut tolerated = 0;
+        for key in ["", "gpu", "spot"] {
+            for operator in ["", "Equal", "Exists", "Gt"] {
+                for value in ["", "true"] {
+                    for effect in ["", "NoSchedule", "NoExecute"] {
+                        let t = toleration(key, operator, value, effect);
+                        for taint in &taints {
+                            let ours = tolerates(&t, taint);
+                            assert_eq!(
+                                ours,
+                                crate::scheduling::validate::matching::tolerates(&t, taint),
+                                "{t:?} {taint:?}"
+                            );
+                            tolerated += usize::from(ours);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(tolerated > 0 && tolerated < 4 * 4 * 2 * 3 * 3);
+        // An empty key with `Equal` tolerates a taint of any key with the same value.
+        assert!(tolerates(&toleration("", "Equal", "true", ""), &taints[0]));
+        assert!(!tolerates(&toleration("", "Equal", "", ""), &taints[0]));
+        assert!(!tolerates(&toleration("gpu", "Gt", "true", ""), &taints[0]));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! helpers (its own matching is in [`matching`]). Used by tests and by consolidation to
 //! prove a plan sound.
 
-mod matching;
+pub(crate) mod matching;
 
 use std::collections::{BTreeMap, BTreeSet};
 
