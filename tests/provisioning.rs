@@ -54,7 +54,10 @@ fn setup() -> (Input, SimulatedAzure, VirtualClock) {
 async fn recommend_only_records_the_plan_and_its_price_and_launches_nothing() {
     let (input, cloud, clock) = setup();
     let mut p = Provisioner::new(cloud, Mode::RecommendOnly, Options::default(), None);
-    let round = p.provision(&input, clock.now(), None).await.clone();
+    let round = p
+        .provision(&input, clock.now(), &Default::default())
+        .await
+        .clone();
     assert!(!round.acted);
     assert!(round.plan.summary.new_nodes > 0);
     assert!(round.hourly_cost() > 0.0);
@@ -75,7 +78,12 @@ async fn autonomous_mode_launches_every_planned_claim_and_counts_it() {
     );
     let opened = clock.now();
     clock.advance(Duration::from_secs(2));
-    let round = p.provision(&input, clock.now(), Some(opened)).await.clone();
+    let since = input
+        .pending
+        .iter()
+        .map(|pod| (pod.key.clone(), opened))
+        .collect();
+    let round = p.provision(&input, clock.now(), &since).await.clone();
     assert!(round.acted);
     assert!(round.failed.is_empty(), "{:?}", round.failed);
     let instances = p.cloud().list().await.expect("list");
@@ -112,7 +120,10 @@ async fn a_capacity_error_falls_back_to_the_next_type_that_holds_the_pods() {
     }
     let metrics = Metrics::new(&opentelemetry::global::meter("provisioning-test"));
     let mut p = Provisioner::new(cloud, Mode::Autonomous, Options::default(), Some(metrics));
-    let round = p.provision(&input, clock.now(), None).await.clone();
+    let round = p
+        .provision(&input, clock.now(), &Default::default())
+        .await
+        .clone();
     assert!(round.failed.is_empty(), "{:?}", round.failed);
     assert!(
         round

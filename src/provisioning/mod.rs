@@ -130,6 +130,9 @@ impl Round {
     }
 }
 
+/// Rounds a [`Provisioner`] keeps in its history, newest last.
+const HISTORY: usize = 100;
+
 /// Plans and launches nodes for pending pods.
 pub struct Provisioner<C> {
     cloud: C,
@@ -153,8 +156,8 @@ impl<C: CloudProvider> Provisioner<C> {
         }
     }
 
-    /// Every round so far, oldest first: in recommend-only mode, the record of what would
-    /// have been bought and its price.
+    /// The last rounds (at most a hundred), oldest first: in recommend-only mode, the
+    /// record of what would have been bought and its price.
     pub fn history(&self) -> &[Round] {
         &self.history
     }
@@ -165,12 +168,13 @@ impl<C: CloudProvider> Provisioner<C> {
     }
 
     /// Plans for the input's pending pods and, in autonomous mode, launches the plan.
-    /// `pending_since` is when the batch opened, for the provisioning-latency metric.
+    /// `pending_since` is when each pending pod (by key) began waiting, for the
+    /// provisioning-latency metric.
     pub async fn provision(
         &mut self,
         input: &Input,
         now: Timestamp,
-        pending_since: Option<Timestamp>,
+        pending_since: &BTreeMap<String, Timestamp>,
     ) -> &Round {
         let started = std::time::Instant::now();
         self.counter += 1;
@@ -182,6 +186,51 @@ impl<C: CloudProvider> Provisioner<C> {
         if let Some(m) = &self.metrics {
             m.observe_decision("scheduling", started.elapsed().as_secs_f64());
         }
+        self.carry_out(input, plan, now, pending_since).await
+    }
+
+    /// Buys ahead of the growth `history`'s cycle expects (see [`headroom::plan`]): the
+    /// nodes planned for stand-in pods are launched in autonomous mode, recorded only in
+    /// recommend-only mode. Nothing when no growth is expected beyond the room the pools
+    /// have.
+    pub async fn buy_ahead(
+        &mut self,
+        input: &Input,
+        history: &crate::disruption::forecast::DemandHistory,
+        now: Timestamp,
+        lead: i64,
+        horizon: i64,
+    ) -> Option<&Round> {
+        self.counter += 1;
+        let options = Options {
+            name_prefix: format!("h{}-", self.counter),
+            ..self.options.clone()
+        };
+        let claims = headroom::plan(input, history, now.as_second(), lead, horizon, &options);
+        if claims.is_empty() {
+            return None;
+        }
+        let plan = Plan {
+            summary: scheduling::plan::Summary {
+                new_nodes: claims.len(),
+                hourly_cost: claims.iter().map(|c| c.price_per_hour).sum(),
+                ..Default::default()
+            },
+            node_claims: claims,
+            ..Plan::default()
+        };
+        Some(self.carry_out(input, plan, now, &BTreeMap::new()).await)
+    }
+
+    /// Launches a plan's claims in autonomous mode (each through its candidates, cheapest
+    /// first) and records the round.
+    async fn carry_out(
+        &mut self,
+        input: &Input,
+        plan: Plan,
+        now: Timestamp,
+        pending_since: &BTreeMap<String, Timestamp>,
+    ) -> &Round {
         let mut round = Round {
             at: now,
             acted: self.mode == Mode::Autonomous,
@@ -201,10 +250,10 @@ impl<C: CloudProvider> Provisioner<C> {
                                 instance.capacity_type.as_str(),
                                 &instance.zone,
                             );
-                            if let Some(since) = pending_since {
+                            for since in claim.pods.iter().filter_map(|p| pending_since.get(p)) {
                                 m.observe_provisioning(
                                     &claim.node_pool,
-                                    now.duration_since(since).as_secs_f64(),
+                                    now.duration_since(*since).as_secs_f64(),
                                 );
                             }
                         }
@@ -214,10 +263,8 @@ impl<C: CloudProvider> Provisioner<C> {
                         });
                     }
                     Err(e) => {
+                        // Counted by the metered cloud (`cloud::metered`), as every call.
                         tracing::warn!(claim = %claim.name, error = %e, "launch failed");
-                        if let Some(m) = &self.metrics {
-                            m.cloud_error("create", e.kind());
-                        }
                         round.failed.push((claim.name.clone(), e));
                     }
                 }
@@ -228,6 +275,9 @@ impl<C: CloudProvider> Provisioner<C> {
                 hourly_cost = round.plan.summary.hourly_cost,
                 "recommend-only: planned nodes not launched"
             );
+        }
+        if self.history.len() >= HISTORY {
+            self.history.remove(0);
         }
         self.history.push(round);
         &self.history[self.history.len() - 1]

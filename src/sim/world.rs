@@ -23,12 +23,10 @@ use crate::disruption::cluster::PoolRules;
 use crate::disruption::controller::{ActError, Actuator, DISRUPTED_TAINT, Disrupter, Phase};
 use crate::disruption::{self, Cluster, NodeMeta};
 use crate::model::{CapacityType, Dimension, InstanceType, Requirement, Resources};
-use crate::provisioning::{Mode, launch_request};
+use crate::provisioning::{self, Mode, Provisioner};
 use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
 use crate::scheduling::input::default_pool;
-use crate::scheduling::{
-    self, DaemonSetInfo, ExistingNode, Input, Options, PlannedNodeClaim, PodInfo, Pool,
-};
+use crate::scheduling::{DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
 use crate::telemetry::Metrics;
 use crate::telemetry::names::{Controller, RecommendationState, SavingsSource, Stage, Usage, When};
 
@@ -729,8 +727,9 @@ impl World<'_> {
         }
     }
 
-    /// Pending pods: placed on nodes with room, or on new nodes bought from the cloud.
-    async fn provision(&mut self, cloud: &Cloud) {
+    /// Pending pods, as one provisioning batch (the step is longer than a batch's windows):
+    /// the provisioner places them on nodes with room or buys new nodes for them.
+    async fn provision(&mut self, provisioner: &mut Provisioner<Cloud>) {
         let pending = self.pending();
         if pending.is_empty() {
             return;
@@ -742,20 +741,21 @@ impl World<'_> {
             pools: self.pools_now(),
             daemon_sets: self.daemon_sets.clone(),
         };
-        let started = std::time::Instant::now();
-        let plan = scheduling::schedule(
-            &input,
-            &Options {
-                name_prefix: format!("p{}-", self.rounds),
-                cost_aware: self.settings.cost_aware,
-                ..Options::default()
-            },
-        );
-        if let Some(m) = &self.metrics {
-            m.observe_decision("scheduling", started.elapsed().as_secs_f64());
-        }
+        let since: BTreeMap<String, Timestamp> = self
+            .pods
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p.key.clone(),
+                    Timestamp::from_second(p.pending_since?).ok()?,
+                ))
+            })
+            .collect();
+        let round = provisioner
+            .provision(&input, self.timestamp(), &since)
+            .await;
         let now = self.now;
-        for placement in &plan.existing_nodes {
+        for placement in &round.plan.existing_nodes {
             for key in &placement.pods {
                 if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
                     p.node = Some(placement.node.clone());
@@ -778,14 +778,13 @@ impl World<'_> {
                 n.last_pod_event = now;
             }
         }
-        self.launch(cloud, &input, &plan.node_claims).await;
+        self.launched(round);
     }
 
     /// Buys, ahead of time, the capacity each NodePool is expected to need within the
-    /// headroom lead beyond what it carries: stand-in pods for the growth are planned like
-    /// pending pods and the nodes planned for them launched (autonomous mode; nothing
-    /// while pods are pending or nodes launching).
-    async fn headroom(&mut self, cloud: &Cloud) {
+    /// headroom lead beyond what it carries (`Provisioner::buy_ahead`; autonomous mode,
+    /// nothing while pods are pending or nodes launching).
+    async fn headroom(&mut self, provisioner: &mut Provisioner<Cloud>) {
         let lead = self.settings.headroom_lead;
         if lead <= 0
             || self.settings.mode != Mode::Autonomous
@@ -800,59 +799,43 @@ impl World<'_> {
             pools: self.pools_now(),
             daemon_sets: self.daemon_sets.clone(),
         };
-        let options = Options {
-            name_prefix: format!("h{}-", self.rounds + 1),
-            cost_aware: self.settings.cost_aware,
-            ..Options::default()
-        };
-        let claims = crate::provisioning::headroom::plan(
-            &input,
-            &self.demand,
-            self.now,
-            lead,
-            self.settings.forecast_horizon,
-            &options,
-        );
-        if claims.is_empty() {
-            return;
+        let now = self.timestamp();
+        if let Some(round) = provisioner
+            .buy_ahead(
+                &input,
+                &self.demand,
+                now,
+                lead,
+                self.settings.forecast_horizon,
+            )
+            .await
+        {
+            self.rounds += 1;
+            self.launched(round);
         }
-        self.rounds += 1;
-        self.launch(cloud, &input, &claims).await;
     }
 
-    /// Launches planned NodeClaims; the pods planned onto each are nominated to it.
-    async fn launch(&mut self, cloud: &Cloud, input: &Input, claims: &[PlannedNodeClaim]) {
+    /// The clock as a timestamp.
+    fn timestamp(&self) -> Timestamp {
+        Timestamp::from_second(self.now).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    /// Books what a provisioning round launched: each node is launching until it
+    /// registers, and the pods planned onto it are nominated to it.
+    fn launched(&mut self, round: &provisioning::Round) {
         let now = self.now;
-        for claim in claims {
-            if let Ok(instance) = cloud.create(&launch_request(input, claim)).await {
-                self.launched_per_hour += instance.price_per_hour;
-                if let Some(m) = &self.metrics {
-                    m.nodeclaim_launched(
-                        &claim.node_pool,
-                        &instance.instance_type,
-                        instance.capacity_type.as_str(),
-                        &instance.zone,
-                    );
-                    // The simulated claim is created and launched in one step.
-                    let launched = instance.created_at.as_second() - now;
-                    m.observe_nodeclaim_stage(&claim.node_pool, Stage::Launched, launched as f64);
-                    for key in &claim.pods {
-                        if let Some(since) = self
-                            .pods
-                            .iter()
-                            .find(|p| &p.key == key)
-                            .and_then(|p| p.pending_since)
-                        {
-                            m.observe_provisioning(&claim.node_pool, (now - since) as f64);
-                        }
-                    }
-                }
-                self.launching
-                    .insert(instance.claim.clone(), claim.labels.clone());
-                for key in &claim.pods {
-                    if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
-                        p.node = Some(instance.claim.clone());
-                    }
+        for l in &round.launched {
+            self.launched_per_hour += l.instance.price_per_hour;
+            if let Some(m) = &self.metrics {
+                // The simulated claim is created and launched in one step.
+                let launched = l.instance.created_at.as_second() - now;
+                m.observe_nodeclaim_stage(&l.claim.node_pool, Stage::Launched, launched as f64);
+            }
+            self.launching
+                .insert(l.instance.claim.clone(), l.claim.labels.clone());
+            for key in &l.claim.pods {
+                if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
+                    p.node = Some(l.instance.claim.clone());
                 }
             }
         }
@@ -1401,6 +1384,17 @@ pub async fn run(
         }
     }
     let metered: Cloud = MeteredCloud::new(cloud.clone(), metrics.cloned());
+    // Every run provisions: pods need nodes whatever the mode (recommend-only leaves
+    // right-sizing and disruption to report).
+    let mut provisioner = Provisioner::new(
+        metered.clone(),
+        Mode::Autonomous,
+        Options {
+            cost_aware: settings.cost_aware,
+            ..Options::default()
+        },
+        metrics.cloned(),
+    );
     // Replacements count in the launch metrics like the provisioner's launches.
     let mut disrupter = Disrupter::new(
         metered.clone(),
@@ -1416,7 +1410,7 @@ pub async fn run(
     clock.set(Timestamp::from_second(world.now).unwrap_or(start));
     world.reconcile_workloads();
     while world.now < scenario.start {
-        world.provision(&metered).await;
+        world.provision(&mut provisioner).await;
         clock.advance(Duration::from_secs(15));
         world.now += 15;
         world.register(&metered).await;
@@ -1465,7 +1459,7 @@ pub async fn run(
             world.reconcile_workloads();
         }
         let started = std::time::Instant::now();
-        world.provision(&metered).await;
+        world.provision(&mut provisioner).await;
         if let Some(m) = &world.metrics {
             m.reconcile(
                 Controller::Provisioning,
@@ -1510,7 +1504,7 @@ pub async fn run(
             }
             last_report = report;
         }
-        world.headroom(&metered).await;
+        world.headroom(&mut provisioner).await;
         // Launches and disruption move in finer steps than usage: nodes register as they
         // come up; decisions validate, launch and drain; pods a drain evicted or a node
         // left behind are placed within seconds, as kube-scheduler and the provisioner
@@ -1525,7 +1519,7 @@ pub async fn run(
             let view = world.view();
             disrupter.tick(Clock::now(&clock), &view, &mut world).await;
             world.register(&metered).await;
-            world.provision(&metered).await;
+            world.provision(&mut provisioner).await;
             world.count_pending(15.0);
             stepped += 15;
             clock.advance(Duration::from_secs(15));
