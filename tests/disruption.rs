@@ -118,7 +118,7 @@ fn an_empty_node_is_deleted_and_its_price_saved() {
     assert!((r.summary.hourly_cost_before - 0.384).abs() < 1e-9);
     assert!((r.summary.hourly_cost_after - 0.192).abs() < 1e-9);
     assert!(blocked(&r, "a").contains("below the threshold"), "{r:#?}");
-    // At the default 5% that replacement clears the share, but not the $0.004/hour its one
+    // At the default 5% that replacement clears the share, but not the $0.02/hour its one
     // eviction must pay for on top of the $0.01 floor.
     let r = evaluate(&yaml);
     assert_eq!(r.decisions.len(), 1, "{r:#?}");

@@ -47,7 +47,7 @@ pub struct SimulateArgs {
     pub min_savings_per_hour: f64,
 
     /// ... plus this many USD per hour for every pod it evicts.
-    #[arg(long, env = "TAILOR_MIN_SAVINGS_PER_EVICTION", default_value_t = 0.004)]
+    #[arg(long, env = "TAILOR_MIN_SAVINGS_PER_EVICTION", default_value_t = crate::disruption::DEFAULT_MIN_SAVINGS_PER_EVICTION)]
     pub min_savings_per_eviction: f64,
 
     /// Allow replacing a spot node by a cheaper spot node (when enough cheaper spot sizes
