@@ -151,3 +151,89 @@ fn batching_waits_for_the_idle_window_on_the_virtual_clock() {
     clock.advance(Duration::from_millis(400));
     assert!(b.ready(clock.now()));
 }
+
+/// The scenario's twelve pods (1 CPU, 2 GiB each) running on one node of pool `default`
+/// with room for four more, and a kept history in which the pool's requests tripled twenty
+/// minutes after this time yesterday.
+fn running_before_the_morning(now: i64) -> (Input, tailor::disruption::forecast::DemandHistory) {
+    use tailor::model::{Dimension, Resources};
+    let (mut input, _, _) = setup();
+    let mut allocatable = Resources::cpu_memory(16_000, 64 << 30);
+    allocatable.set(&Dimension::Pods, 110);
+    let pods = std::mem::take(&mut input.pending)
+        .into_iter()
+        .map(|mut p| {
+            p.node_name = Some("n1".to_string());
+            Arc::new(p)
+        })
+        .collect();
+    input.nodes.push(tailor::scheduling::ExistingNode {
+        name: "n1".to_string(),
+        labels: [(
+            tailor::apis::labels::NODE_POOL.to_string(),
+            "default".to_string(),
+        )]
+        .into(),
+        taints: Vec::new(),
+        allocatable,
+        pods,
+        unschedulable: false,
+    });
+    let points: Vec<[i64; 3]> = (now - 26 * 3600..=now - 18 * 3600)
+        .step_by(300)
+        .map(|t| {
+            let k = if t < now - 24 * 3600 + 1200 { 1 } else { 3 };
+            [t, k * 12_000, k * (24 << 30)]
+        })
+        .collect();
+    let json = serde_json::json!({"version": 1, "resolution": 300, "pools": {"default": points}});
+    let history = tailor::disruption::forecast::DemandHistory::from_json(&json.to_string(), now)
+        .expect("valid");
+    (input, history)
+}
+
+#[tokio::test]
+async fn buying_ahead_launches_for_the_growth_that_does_not_fit_and_only_in_autonomous_mode() {
+    let (_, cloud, clock) = setup();
+    let now = clock.now();
+    let (input, history) = running_before_the_morning(now.as_second());
+    let mut p = Provisioner::new(cloud, Mode::Autonomous, Options::default(), None);
+    let round = p
+        .buy_ahead(&input, &history, now, 3 * 3600, 6 * 3600)
+        .await
+        .expect("growth expected")
+        .clone();
+    // Twenty-four more pods' worth expected; four fit the node's room, twenty get nodes.
+    let stand_ins: usize = round.launched.iter().map(|l| l.claim.pods.len()).sum();
+    assert_eq!(stand_ins, 20, "{round:#?}");
+    assert!(round.acted && round.failed.is_empty(), "{round:#?}");
+    assert_eq!(
+        p.cloud().list().await.map(|l| l.len()),
+        Ok(round.launched.len())
+    );
+    assert!(round.hourly_cost() > 0.0);
+    // Recommend-only: the same plan recorded with its price, nothing launched.
+    let (_, cloud, _) = setup();
+    let mut p = Provisioner::new(cloud, Mode::RecommendOnly, Options::default(), None);
+    let recorded = p
+        .buy_ahead(&input, &history, now, 3 * 3600, 6 * 3600)
+        .await
+        .expect("growth expected")
+        .clone();
+    assert!(!recorded.acted);
+    assert_eq!(recorded.plan.node_claims.len(), round.launched.len());
+    assert!((recorded.hourly_cost() - round.hourly_cost()).abs() < 1e-9);
+    assert_eq!(p.cloud().list().await.map(|l| l.len()), Ok(0));
+    // Without a day of history, or without a lead, nothing is bought.
+    let empty = tailor::disruption::forecast::DemandHistory::new();
+    assert!(
+        p.buy_ahead(&input, &empty, now, 3 * 3600, 6 * 3600)
+            .await
+            .is_none()
+    );
+    assert!(
+        p.buy_ahead(&input, &history, now, 0, 6 * 3600)
+            .await
+            .is_none()
+    );
+}
