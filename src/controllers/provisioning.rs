@@ -169,14 +169,9 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
             return;
         }
     };
-    let mut input = match Input::from_snapshot(&snapshot, &types) {
-        Ok(i) => i,
-        Err(e) => {
-            tracing::debug!(error = %e, "the cluster cannot be planned; not buying ahead");
-            return;
-        }
+    let Some(input) = planning_input(&snapshot, &types) else {
+        return;
     };
-    add_in_flight(&mut input, &snapshot);
     let suffix: u32 = rand::rng().random();
     let batch = format!("h{suffix:08x}");
     let options = Options {
@@ -472,14 +467,7 @@ fn plan_batch(
     types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
     batch: &str,
 ) -> Option<Plan> {
-    let mut input = match Input::from_snapshot(snapshot, types) {
-        Ok(i) => i,
-        Err(e) => {
-            tracing::warn!(error = %e, "the cluster cannot be planned");
-            return None;
-        }
-    };
-    add_in_flight(&mut input, snapshot);
+    let input = planning_input(snapshot, types)?;
     Some(scheduling::schedule(
         &input,
         &Options {
@@ -488,6 +476,23 @@ fn plan_batch(
             ..Options::default()
         },
     ))
+}
+
+/// The cluster as the provisioner plans on it: the snapshot, with the NodeClaims still
+/// launching as capacity already bought.
+fn planning_input(
+    snapshot: &Snapshot,
+    types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
+) -> Option<Input> {
+    let mut input = match Input::from_snapshot(snapshot, types) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, "the cluster cannot be planned");
+            return None;
+        }
+    };
+    add_in_flight(&mut input, snapshot);
+    Some(input)
 }
 
 /// Hourly price of the new nodes a plan buys.

@@ -292,24 +292,8 @@ mod tests {
 
     /// One node of pool `default` whose pods request `cpu` millicores and `gib` GiB.
     fn input(cpu: i64, gib: i64) -> Input {
-        let pod = PodInfo {
-            key: "shop/web-1".to_string(),
-            namespace: "shop".to_string(),
-            labels: BTreeMap::new(),
-            requests: Resources::cpu_memory(cpu, gib << 30),
-            node_requirements: Default::default(),
-            preferred_node: Vec::new(),
-            tolerations: Vec::new(),
-            affinity: Vec::new(),
-            anti_affinity: Vec::new(),
-            preferred_affinity: Vec::new(),
-            preferred_anti_affinity: Vec::new(),
-            spread: Vec::new(),
-            host_ports: Vec::new(),
-            node_name: Some("n1".to_string()),
-            owner: None,
-            written: None,
-        };
+        let mut pod = PodInfo::new("shop/web-1", Resources::cpu_memory(cpu, gib << 30));
+        pod.node_name = Some("n1".to_string());
         let mut pool = default_pool(Vec::new());
         pool.name = "default".to_string();
         Input {
