@@ -991,3 +991,92 @@ status: {nodeName: stale}
     assert!(of("stale").drifted.is_some(), "{:?}", of("stale"));
     assert_eq!(marks.len(), 3);
 }
+
+#[test]
+fn a_node_holding_a_pod_whose_spec_cannot_be_read_is_left_alone_and_the_rest_is_decided() {
+    // `web-2` needs a node-affinity operator the scheduler does not know (a newer API
+    // server's): where it would go cannot be simulated.
+    let odd = pod("web-2", "b", "100m", "").replace(
+        "spec:\n",
+        "spec:\n  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: topology.kubernetes.io/zone, operator: Near, values: [eastus-1]}]}]}}}\n",
+    );
+    let yaml = format!(
+        "{POOL}{}{}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        node("c", 10, ""),
+        pod("web-1", "a", "3", ""),
+        odd
+    );
+    // A snapshot file is checked as it is read, so the operator is changed after reading,
+    // as the agent's watch would hold it.
+    let readable = yaml.replace("operator: Near", "operator: In");
+    let mut snapshot = Snapshot::from_yaml("scenario.yaml", &readable).expect("scenario parses");
+    unknown_operator(&mut snapshot, "web-2");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |s: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = s.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let err = Cluster::from_snapshot(&snapshot, &types, NOW)
+        .expect_err("the strict view fails")
+        .to_string();
+    assert!(
+        err.contains("pod shop/web-2") && err.contains("Near"),
+        "{err}"
+    );
+    let cluster =
+        Cluster::from_snapshot_reading_around(&snapshot, &types, NOW).expect("cluster builds");
+    assert_eq!(
+        cluster.unreadable.keys().collect::<Vec<_>>(),
+        ["shop/web-2"]
+    );
+    let r = disruption::evaluate(&cluster, &Settings::default());
+    // The empty node still goes; the node of the unreadable pod stays, with the reason.
+    assert!(
+        r.decisions
+            .iter()
+            .any(|d| d.method == Method::Empty && d.nodes == ["c"]),
+        "{r:#?}"
+    );
+    assert!(
+        r.decisions
+            .iter()
+            .all(|d| !d.nodes.contains(&"b".to_string())
+                && !d.pods_moved.contains(&"shop/web-2".to_string())),
+        "{r:#?}"
+    );
+    assert!(
+        blocked(&r, "b").contains("pod shop/web-2 cannot be read"),
+        "{r:#?}"
+    );
+    // Readable, the same pod moves to `a` and `b` goes too.
+    let r = evaluate(&readable);
+    assert!(
+        r.decisions
+            .iter()
+            .any(|d| d.nodes.contains(&"b".to_string())),
+        "{r:#?}"
+    );
+}
+
+/// Gives pod `name`'s first required node-affinity expression the operator `Near`, which
+/// the scheduler does not know.
+fn unknown_operator(snapshot: &mut Snapshot, name: &str) {
+    let pod = snapshot
+        .pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .expect("the pod");
+    let pod = std::sync::Arc::make_mut(pod);
+    let terms = &mut pod
+        .spec
+        .as_mut()
+        .and_then(|s| s.affinity.as_mut())
+        .and_then(|a| a.node_affinity.as_mut())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_mut())
+        .expect("a required node affinity")
+        .node_selector_terms;
+    terms[0].match_expressions.as_mut().expect("expressions")[0].operator = "Near".to_string();
+}

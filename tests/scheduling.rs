@@ -961,3 +961,129 @@ spec:
         );
     }
 }
+
+/// A pod with a node-affinity operator the scheduler does not know, as a newer API server
+/// might accept: `extra` goes under its spec.
+fn unreadable_pod(name: &str, node: &str, cpu: &str) -> String {
+    format!(
+        "---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, labels: {{app: {name}}}}}
+spec:
+  nodeName: {node}
+  affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: [{{matchExpressions: [{{key: topology.kubernetes.io/zone, operator: Near, values: [eastus-1]}}]}}]}}}}}}
+  containers:
+  - name: c
+    image: i
+    resources: {{requests: {{cpu: {cpu}, memory: 256Mi}}}}
+status: {{phase: Running}}
+"
+    )
+}
+
+#[test]
+fn a_pod_whose_spec_cannot_be_read_costs_only_that_pod() {
+    let pending_unreadable = pods(
+        "odd-web",
+        1,
+        "1",
+        "1Gi",
+        "      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: a, operator: Near, values: [b]}]}]}}}",
+    );
+    let yaml = format!(
+        "{POOL}{}{}{}{}{}{}",
+        node("n1", "eastus-1", "4", "16Gi", ""),
+        node("n2", "eastus-1", "4", "16Gi", ""),
+        // Readable requests, unreadable affinity: it keeps its 2500m on n1.
+        unreadable_pod("odd", "n1", "2500m"),
+        // Neither readable: it fills n2.
+        unreadable_pod("greedy", "n2", "lots"),
+        pods("web", 2, "1", "1Gi", ""),
+        pending_unreadable,
+    );
+    // A snapshot file is checked as it is read, so the operator and the quantity are
+    // broken after reading, as the agent's watch could hold them.
+    let readable = yaml
+        .replace("operator: Near", "operator: In")
+        .replace("cpu: lots", "cpu: 100m");
+    let mut snapshot =
+        tailor::state::Snapshot::from_yaml("scenario.yaml", &readable).expect("parses");
+    for pod in &mut snapshot.pods {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let pod = std::sync::Arc::make_mut(pod);
+        let spec = pod.spec.as_mut().expect("spec");
+        if name == "greedy" {
+            spec.containers[0]
+                .resources
+                .as_mut()
+                .and_then(|r| r.requests.as_mut())
+                .expect("requests")
+                .insert(
+                    "cpu".to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".to_string()),
+                );
+        }
+        if let Some(terms) = spec
+            .affinity
+            .as_mut()
+            .and_then(|a| a.node_affinity.as_mut())
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_mut())
+            .filter(|_| name != "greedy")
+        {
+            terms.node_selector_terms[0]
+                .match_expressions
+                .as_mut()
+                .expect("expressions")[0]
+                .operator = "Near".to_string();
+        }
+    }
+    let catalog = tailor::catalog::Catalog::builtin().expect("catalog");
+    let types = |settings: &tailor::model::NodeSettings| {
+        let mut o = tailor::catalog::CatalogOptions::for_region("eastus");
+        o.node = settings.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    // Read strictly, the first such pod fails the input, named with its field and value.
+    let err = Input::from_snapshot(&snapshot, &types)
+        .expect_err("an unreadable pod fails the strict reading")
+        .to_string();
+    assert!(
+        err.contains("pod default/odd: spec.affinity.nodeAffinity") && err.contains("\"Near\""),
+        "{err}"
+    );
+    let (input, unreadable) =
+        Input::from_snapshot_reading_around(&snapshot, &types).expect("the rest is read");
+    let mut names: Vec<&str> = unreadable.iter().map(|e| e.pod.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["default/greedy", "default/odd", "default/odd-web-00000"],
+        "{unreadable:#?}"
+    );
+    let pending: Vec<&str> = input.pending.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(pending, ["default/web-00000", "default/web-00001"]);
+    let on = |node: &str| {
+        let n = input.nodes.iter().find(|n| n.name == node).expect("node");
+        n.pods
+            .iter()
+            .map(|p| (p.key.clone(), p.requests.cpu))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(on("n1"), [("default/odd".to_string(), 2500)]);
+    assert_eq!(on("n2"), [("default/greedy".to_string(), 4000)]);
+    // n1 has room for one web pod beside `odd`, n2 none beside `greedy`: one new node.
+    let plan = scheduling::schedule(&input, &Options::default());
+    assert!(validate(&input, &plan).is_empty());
+    let placed = |node: &str| {
+        plan.existing_nodes
+            .iter()
+            .filter(|e| e.node == node)
+            .map(|e| e.pods.len())
+            .sum::<usize>()
+    };
+    assert_eq!((placed("n1"), placed("n2")), (1, 0), "{plan:#?}");
+    assert_eq!(plan.node_claims.len(), 1, "{plan:#?}");
+    assert_eq!(plan.node_claims[0].pods.len(), 1);
+    assert!(plan.unschedulable.is_empty());
+}

@@ -204,7 +204,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             continue;
         };
         let Ok(mut cluster) =
-            disruption::Cluster::from_snapshot(&snapshot, &types, now.as_second())
+            disruption::Cluster::from_snapshot_reading_around(&snapshot, &types, now.as_second())
         else {
             validating = None;
             continue;

@@ -24,6 +24,7 @@ use crate::disruption::cluster::{node_class_hash, template_hash};
 use crate::model::pod::parse_quantities;
 use crate::provisioning::{Batcher, Mode};
 use crate::scheduling::input::pool_from;
+use crate::scheduling::pod::PodError;
 use crate::scheduling::{self, ExistingNode, Input, Options, Plan, PlannedNodeClaim};
 use crate::state::Snapshot;
 use crate::webhook::mutate::{Decision, Objects, decide, decide_if_auto};
@@ -169,7 +170,7 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
             return;
         }
     };
-    let Some(input) = planning_input(&snapshot, &types) else {
+    let Some((input, _)) = planning_input(&snapshot, &types) else {
         return;
     };
     let suffix: u32 = rand::rng().random();
@@ -420,9 +421,10 @@ async fn provision<C: CloudProvider>(
     }
     let suffix: u32 = rand::rng().random();
     let batch = format!("p{suffix:08x}");
-    let Some(plan) = plan_batch(&snapshot, &types, &batch) else {
+    let Some((plan, unreadable)) = plan_batch(&snapshot, &types, &batch) else {
         return;
     };
+    tell_unreadable(ctx, round, &snapshot, &unreadable, now).await;
     ctx.metrics
         .observe_decision("scheduling", started.elapsed().as_secs_f64());
     tracing::debug!(
@@ -451,7 +453,7 @@ async fn provision<C: CloudProvider>(
             }
         }
         match plan_batch(&what_if, &types, &format!("{batch}-if-right-sized")) {
-            Some(alternative) => {
+            Some((alternative, _)) => {
                 report_right_sizing_effect(ctx, &what_if, &plan, &alternative, &right_sizing).await;
                 new_node_cost(&alternative)
             }
@@ -461,21 +463,71 @@ async fn provision<C: CloudProvider>(
     ctx.metrics.set_batch_cost(planned_cost, right_sized_cost);
 }
 
-/// Plans a snapshot's pending pods, cost-aware, new nodes named after `batch`.
+/// Plans a snapshot's pending pods, cost-aware, new nodes named after `batch`; with the
+/// pods whose specs cannot be read (left out of the plan, or kept on their nodes as their
+/// requests).
 fn plan_batch(
     snapshot: &Snapshot,
     types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
     batch: &str,
-) -> Option<Plan> {
-    let input = planning_input(snapshot, types)?;
-    Some(scheduling::schedule(
+) -> Option<(Plan, Vec<PodError>)> {
+    let (input, unreadable) = planning_input(snapshot, types)?;
+    let plan = scheduling::schedule(
         &input,
         &Options {
             cost_aware: true,
             name_prefix: format!("{batch}-"),
             ..Options::default()
         },
-    ))
+    );
+    Some((plan, unreadable))
+}
+
+/// Tells each pending pod whose spec cannot be read, once, with a Warning Event naming
+/// the field, that it is not planned (the rest of the batch is); it is not planned again
+/// for a while. A bound one is logged once: its node keeps it and is not disrupted.
+async fn tell_unreadable<C: CloudProvider>(
+    ctx: &Context<C>,
+    round: &mut Round,
+    snapshot: &Snapshot,
+    unreadable: &[PodError],
+    now: Timestamp,
+) {
+    if unreadable.is_empty() {
+        return;
+    }
+    let pods: HashMap<String, &Arc<Pod>> = snapshot.pods.iter().map(|p| (key(p), p)).collect();
+    for e in unreadable {
+        let Some(pod) = pods.get(&e.pod) else {
+            continue;
+        };
+        let reason = format!("{}: {}", e.field, e.message);
+        if !round
+            .told
+            .insert((pod.uid().unwrap_or_default(), reason.clone()))
+        {
+            continue;
+        }
+        let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        if bound {
+            tracing::warn!(pod = %e.pod, error = %reason, "a running pod's spec cannot be read: planned as its requests only, and its node is not disrupted");
+            continue;
+        }
+        round.covered.insert(
+            e.pod.clone(),
+            Target::Until(now.checked_add(COVER).unwrap_or(now)),
+        );
+        tracing::warn!(pod = %e.pod, error = %reason, "a pending pod's spec cannot be read; not planned");
+        ctx.writer
+            .event(
+                &reference(pod.as_ref()),
+                EventType::Warning,
+                "FailedProvisioning",
+                "Provision",
+                format!("Tailor cannot read this pod's spec, so it plans no node for it (the other pending pods are planned): {reason}"),
+            )
+            .await;
+    }
 }
 
 /// The cluster as the provisioner plans on it: the snapshot, with the NodeClaims still
@@ -483,8 +535,8 @@ fn plan_batch(
 fn planning_input(
     snapshot: &Snapshot,
     types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
-) -> Option<Input> {
-    let mut input = match Input::from_snapshot(snapshot, types) {
+) -> Option<(Input, Vec<PodError>)> {
+    let (mut input, unreadable) = match Input::from_snapshot_reading_around(snapshot, types) {
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, "the cluster cannot be planned");
@@ -492,7 +544,7 @@ fn planning_input(
         }
     };
     add_in_flight(&mut input, snapshot);
-    Some(input)
+    Some((input, unreadable))
 }
 
 /// Hourly price of the new nodes a plan buys.

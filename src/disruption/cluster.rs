@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::apis::{ConsolidationPolicy, NodePool, labels};
 use crate::model::{CapacityType, InstanceType, NodeSettings, Requirements, Resources};
-use crate::scheduling::pod::{Selector, selector};
+use crate::scheduling::pod::{PodError, Selector, selector};
 use crate::scheduling::{Input, InputError};
 use crate::state::Snapshot;
 
@@ -90,6 +90,9 @@ pub struct Cluster {
     /// horizon (from the cycle of past requests, [`super::forecast::DemandHistory`]).
     /// Consolidation keeps that capacity; a pool without an entry has no expectation.
     pub expected: BTreeMap<String, Resources>,
+    /// Pods whose spec cannot be read (`namespace/name` to the error): their nodes are not
+    /// disrupted.
+    pub unreadable: BTreeMap<String, PodError>,
 }
 
 /// Why the cluster could not be built.
@@ -303,13 +306,31 @@ fn pdb(p: &PodDisruptionBudget, pods: &[std::sync::Arc<Pod>]) -> Result<Pdb, Clu
 }
 
 impl Cluster {
-    /// Builds the view of `snapshot` at `now` (unix seconds).
+    /// Builds the view of `snapshot` at `now` (unix seconds). The first pod whose spec
+    /// cannot be read fails it; see [`Cluster::from_snapshot_reading_around`].
     pub fn from_snapshot(
         snapshot: &Snapshot,
         instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
         now: i64,
     ) -> Result<Self, ClusterError> {
-        let input = Input::from_snapshot(snapshot, instance_types)?;
+        let cluster = Self::from_snapshot_reading_around(snapshot, instance_types, now)?;
+        match cluster.unreadable.values().next() {
+            Some(e) => Err(ClusterError::Input(InputError::Pod(e.clone()))),
+            None => Ok(cluster),
+        }
+    }
+
+    /// Like [`Cluster::from_snapshot`], but a pod whose spec cannot be read is kept in
+    /// [`Cluster::unreadable`] instead of failing the view: it stays on its node with its
+    /// requests ([`Input::from_snapshot_reading_around`]), and its node is not disrupted,
+    /// as where the pod could go cannot be simulated.
+    pub fn from_snapshot_reading_around(
+        snapshot: &Snapshot,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+        now: i64,
+    ) -> Result<Self, ClusterError> {
+        let (input, unreadable) = Input::from_snapshot_reading_around(snapshot, instance_types)?;
+        let unreadable = unreadable.into_iter().map(|e| (e.pod.clone(), e)).collect();
         // Existing nodes are priced from the whole catalog, not from what their NodePool
         // may buy now: a D8s_v5 under a pool that now requires sku-version 6 still costs
         // what a D8s_v5 costs, and is replaced by drift rather than left unpriced.
@@ -496,6 +517,7 @@ impl Cluster {
             now,
             // The snapshot holds no history; the caller adds what its DemandHistory expects.
             expected: BTreeMap::new(),
+            unreadable,
         })
     }
 }

@@ -469,6 +469,17 @@ impl Work<'_> {
         if self.fresh.contains(&n.name) {
             return Some("launched by this pass".to_string());
         }
+        // Before expiration too: where such a pod would go cannot be simulated.
+        if let Some(e) = n
+            .pods
+            .iter()
+            .find_map(|p| self.cluster.unreadable.get(&p.key))
+        {
+            return Some(format!(
+                "pod {} cannot be read ({}: {}), so where it would go cannot be simulated",
+                e.pod, e.field, e.message
+            ));
+        }
         if method == Method::Expiration {
             return None;
         }

@@ -267,18 +267,62 @@ impl Input {
     /// Builds the input from a snapshot. `instance_types` gives, for each node settings
     /// (from the pool's AKSNodeClass), the instance types on sale. A snapshot without
     /// NodePools gets one `default` pool allowing on-demand linux nodes of every type.
+    /// The first pod whose spec cannot be read fails the whole input; see
+    /// [`Input::from_snapshot_reading_around`] for the agent's reading.
     pub fn from_snapshot(
         snapshot: &Snapshot,
         instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
     ) -> Result<Self, InputError> {
+        let (input, unreadable) = Self::from_snapshot_reading_around(snapshot, instance_types)?;
+        match unreadable.into_iter().next() {
+            Some(e) => Err(InputError::Pod(e)),
+            None => Ok(input),
+        }
+    }
+
+    /// Like [`Input::from_snapshot`], but a pod whose spec cannot be read (a constraint
+    /// the API server accepts and the scheduler cannot parse) costs only that pod, not the
+    /// whole cluster's planning. A pending such pod is left out: it cannot be planned. A
+    /// bound one stays on its node as a pod of its labels and requests without
+    /// constraints, or of its node's whole allocatable when its requests cannot be read
+    /// either, so the node is never taken for emptier than it is. Each such pod's error is
+    /// returned beside the input, in snapshot order.
+    pub fn from_snapshot_reading_around(
+        snapshot: &Snapshot,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+    ) -> Result<(Self, Vec<PodError>), InputError> {
         let mut pods_by_node: BTreeMap<String, Vec<Arc<PodInfo>>> = BTreeMap::new();
         let mut pending = Vec::new();
+        let mut unreadable = Vec::new();
+        // Bound unreadable pods whose requests could not be read either: they fill their node.
+        let mut filling = std::collections::BTreeSet::new();
         for p in &snapshot.pods {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             if matches!(phase, Some("Succeeded" | "Failed")) {
                 continue;
             }
-            let info = PodInfo::from_pod(p)?;
+            let info = match PodInfo::from_pod(p) {
+                Ok(info) => info,
+                Err(e) => {
+                    let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                    unreadable.push(e);
+                    let Some(node) = bound else {
+                        continue;
+                    };
+                    let mut info =
+                        PodInfo::new(&unreadable[unreadable.len() - 1].pod, Resources::zero());
+                    match p.spec.as_ref().map(pod_requests) {
+                        Some(Ok(r)) => info.requests = r,
+                        _ => {
+                            filling.insert(info.key.clone());
+                        }
+                    }
+                    info.labels = p.metadata.labels.clone().unwrap_or_default();
+                    info.owner = super::pod::owner_of(p);
+                    info.node_name = Some(node);
+                    info
+                }
+            };
             match &info.node_name {
                 Some(n) => pods_by_node
                     .entry(n.clone())
@@ -302,8 +346,14 @@ impl Input {
             labels
                 .entry(labels::HOSTNAME.to_string())
                 .or_insert_with(|| name.clone());
+            let mut pods = pods_by_node.remove(&name).unwrap_or_default();
+            for pod in pods.iter_mut().filter(|p| filling.contains(&p.key)) {
+                let mut filled = PodInfo::clone(pod);
+                filled.requests = allocatable.clone();
+                *pod = Arc::new(filled);
+            }
             nodes.push(ExistingNode {
-                pods: pods_by_node.remove(&name).unwrap_or_default(),
+                pods,
                 name,
                 labels,
                 taints: n
@@ -413,12 +463,15 @@ impl Input {
                 daemon_sets.push(daemon_set_info(key, spec)?);
             }
         }
-        Ok(Input {
-            pending,
-            nodes,
-            pools,
-            daemon_sets,
-        })
+        Ok((
+            Input {
+                pending,
+                nodes,
+                pools,
+                daemon_sets,
+            },
+            unreadable,
+        ))
     }
 }
 

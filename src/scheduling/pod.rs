@@ -370,16 +370,7 @@ impl PodInfo {
                 }
             }
         }
-        let owner = pod
-            .metadata
-            .owner_references
-            .as_ref()
-            .and_then(|o| {
-                o.iter()
-                    .find(|o| o.controller == Some(true))
-                    .or_else(|| o.first())
-            })
-            .map(|o| format!("{}/{}", o.kind, o.name));
+        let owner = owner_of(pod);
         Ok(PodInfo {
             key: key.clone(),
             namespace,
@@ -399,6 +390,19 @@ impl PodInfo {
             written: WrittenPlacement::of(spec),
         })
     }
+}
+
+/// The workload that owns a pod (`Kind/name`): its controller, else its first owner.
+pub fn owner_of(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .owner_references
+        .as_ref()
+        .and_then(|o| {
+            o.iter()
+                .find(|o| o.controller == Some(true))
+                .or_else(|| o.first())
+        })
+        .map(|o| format!("{}/{}", o.kind, o.name))
 }
 
 /// Converts a Kubernetes label selector; `None` is the null selector.

@@ -488,6 +488,7 @@ impl World<'_> {
                 .collect(),
             now: self.now,
             expected: self.expected.clone(),
+            unreadable: BTreeMap::new(),
         }
     }
 
