@@ -88,6 +88,10 @@ fn main() {
     // another CPU percentile and margin than its defaults, `--starvation-weight W` with
     // another starvation weight, `--memory-trend` with rising memory peaks projected;
     // `--sweep` prints the trade-off over a grid of them on the tuning set and stops.
+    // An analysis aid, for all sets: `--oracle-demand` trains all three recommenders on the
+    // demand itself instead of the usage capped by a CPU limit (and no throttling
+    // counters), in memory only, which shows how much of a CPU-limited container's figures come from what
+    // its usage hides rather than from the recommender.
     let value = |flag: &str| {
         args.iter()
             .position(|a| a == flag)
@@ -116,7 +120,8 @@ fn main() {
         _ => train(alg, seen, now),
     };
     let sweep = args.iter().any(|a| a == "--sweep");
-    let in_memory_only = sweep || args.iter().any(|a| a == "--in-memory");
+    let oracle = args.iter().any(|a| a == "--oracle-demand");
+    let in_memory_only = sweep || oracle || args.iter().any(|a| a == "--in-memory");
     let (per_set, days, step) = if full {
         (10u64, 14u32, 60i64)
     } else {
@@ -131,7 +136,7 @@ fn main() {
         for shape in Shape::ALL {
             for i in 0..per_set {
                 let trace = generate(shape, set.seed(shape, i), start, days, step);
-                containers.push(split_trace(set, shape, i, trace, split));
+                containers.push(split_trace(set, shape, i, trace, split, oracle));
             }
         }
     }
@@ -220,7 +225,16 @@ fn main() {
     report(&table);
 }
 
-fn split_trace(set: Set, shape: Shape, i: u64, trace: Trace, split: i64) -> Container {
+/// Splits a trace into training and scored samples; with `oracle`, training sees the
+/// demand instead of the usage (and no throttling counters).
+fn split_trace(
+    set: Set,
+    shape: Shape,
+    i: u64,
+    trace: Trace,
+    split: i64,
+    oracle: bool,
+) -> Container {
     let mut train = (Vec::new(), Vec::new(), Vec::new());
     let mut test = (Vec::new(), Vec::new());
     for k in 0..trace.cpu.len() {
@@ -229,9 +243,14 @@ fn split_trace(set: Set, shape: Shape, i: u64, trace: Trace, split: i64) -> Cont
         }
         let t = trace.time(k);
         if t < split {
-            train.0.push((t, trace.cpu[k]));
+            let seen = if oracle {
+                trace.demand[k]
+            } else {
+                trace.cpu[k]
+            };
+            train.0.push((t, seen));
             train.1.push((t, trace.memory[k]));
-            if let Some(th) = &trace.throttled {
+            if let Some(th) = trace.throttled.as_ref().filter(|_| !oracle) {
                 train.2.push((t, th[k]));
             }
         } else {

@@ -1075,7 +1075,10 @@ fn unknown_operator(snapshot: &mut Snapshot, name: &str) {
         .as_mut()
         .and_then(|s| s.affinity.as_mut())
         .and_then(|a| a.node_affinity.as_mut())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_mut())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_mut()
+        })
         .expect("a required node affinity")
         .node_selector_terms;
     terms[0].match_expressions.as_mut().expect("expressions")[0].operator = "Near".to_string();

@@ -1028,7 +1028,10 @@ fn a_pod_whose_spec_cannot_be_read_costs_only_that_pod() {
             .affinity
             .as_mut()
             .and_then(|a| a.node_affinity.as_mut())
-            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_mut())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_mut()
+            })
             .filter(|_| name != "greedy")
         {
             terms.node_selector_terms[0]
