@@ -61,8 +61,9 @@ pub struct DemandHistory {
     hold_peak: bool,
 }
 
-/// Requested CPU (millicores) and memory (bytes) of the pods on each pool's nodes, every
-/// pool of `input` included (a pool without nodes requests nothing).
+/// Requested CPU (millicores) and memory (bytes) of the pods on each pool's nodes (the
+/// DaemonSets' aside), every pool of `input` included (a pool without nodes requests
+/// nothing).
 fn requested(input: &Input) -> BTreeMap<String, (i64, i64)> {
     let mut out: BTreeMap<String, (i64, i64)> = input
         .pools
@@ -74,7 +75,9 @@ fn requested(input: &Input) -> BTreeMap<String, (i64, i64)> {
             continue;
         };
         let e = out.entry(pool.clone()).or_default();
-        for p in &node.pods {
+        // A DaemonSet's pods come and go with the nodes: they need no capacity of their
+        // own, and counting them would keep a pool's last node for its own DaemonSets.
+        for p in node.pods.iter().filter(|p| !super::is_daemon(p)) {
             e.0 += p.requests.get(&Dimension::Cpu);
             e.1 += p.requests.get(&Dimension::Memory);
         }
@@ -427,6 +430,34 @@ mod tests {
                 .expected(&input(4_000, 8), 20 * 3600, 6 * 3600)
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn daemon_set_pods_are_not_demand_a_pool_must_keep_capacity_for() {
+        // A pool whose last node holds only its DaemonSets' pods, all day long.
+        let mut only_daemons = input(500, 1);
+        let node = &mut only_daemons.nodes[0];
+        let mut daemon = PodInfo::clone(&node.pods[0]);
+        daemon.owner = Some("DaemonSet/log-agent".to_string());
+        node.pods = vec![std::sync::Arc::new(daemon)];
+        let mut history = DemandHistory::new();
+        for minute in (0..26 * 60).step_by(5) {
+            history.record(&only_daemons, minute * 60);
+        }
+        let now = 26 * 3600;
+        let expected = history.expected(&only_daemons, now, 6 * 3600);
+        assert_eq!(
+            expected["default"],
+            Resources::cpu_memory(0, 0),
+            "{expected:?}"
+        );
+        // The same requests from a workload's pod are demand.
+        let mut history = DemandHistory::new();
+        for minute in (0..26 * 60).step_by(5) {
+            history.record(&input(500, 1), minute * 60);
+        }
+        let expected = history.expected(&input(500, 1), now, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 500);
     }
 
     #[test]

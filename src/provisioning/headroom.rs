@@ -63,6 +63,7 @@ pub fn stand_ins(input: &Input, expected: &BTreeMap<String, Resources>) -> Vec<P
             .iter()
             .filter(|n| n.labels.get(labels::NODE_POOL) == Some(&pool.name))
             .flat_map(|n| n.pods.iter().map(AsRef::as_ref))
+            .filter(|p| !crate::disruption::is_daemon(p))
             .collect();
         let carried = |d: &Dimension| -> i64 { on_pool.iter().map(|p| p.requests.get(d)).sum() };
         // Pending pods are on their way to some pool; counting them against every pool
@@ -82,11 +83,6 @@ pub fn stand_ins(input: &Input, expected: &BTreeMap<String, Resources>) -> Vec<P
         }
         let mut sizes: Vec<(i64, i64)> = on_pool
             .iter()
-            .filter(|p| {
-                !p.owner
-                    .as_deref()
-                    .is_some_and(|o| o.starts_with("DaemonSet/"))
-            })
             .map(|p| {
                 (
                     p.requests.get(&Dimension::Cpu),
