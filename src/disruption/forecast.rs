@@ -250,10 +250,12 @@ impl DemandHistory {
                 let (peak_cpu, peak_memory) =
                     window.fold((0, 0), |a, p| (a.0.max(p.cpu), a.1.max(p.memory)));
                 let scale = |now: i64, base: i64, peak: i64| -> i64 {
-                    if base > 0 {
+                    if base > 0 && now > 0 {
                         (now as f64 * peak as f64 / base as f64).round() as i64
                     } else {
-                        // Nothing ran then: what ran at the peak is what to expect.
+                        // Nothing ran then, or nothing runs now (a Job's pool between
+                        // runs): growth from nothing has no ratio, and what ran at the
+                        // peak is what to expect.
                         peak
                     }
                 };
@@ -404,6 +406,25 @@ mod tests {
         let expected = history.expected(&input(2_000, 4), DAY + 5 * 3600, 6 * 3600);
         assert_eq!(expected["default"].get(&Dimension::Cpu), 5_000);
         assert_eq!(expected["default"].get(&Dimension::Memory), 4 << 30);
+    }
+
+    #[test]
+    fn a_pool_that_carries_nothing_now_expects_what_ran_then() {
+        // A Job's pool: 3 cores for the first two hours of each 4-hour cycle, and nothing
+        // between runs.
+        let mut history = DemandHistory::new();
+        let cpu_at = |t: i64| if t % (4 * 3600) < 2 * 3600 { 3_000 } else { 0 };
+        for minute in (0..30 * 60).step_by(5) {
+            let t = minute * 60;
+            history.record(&input(cpu_at(t), 1), t);
+        }
+        // An hour into a run yesterday at this time; today's has not started yet (it is
+        // late, or its pods are pending): growth from nothing has no ratio, and the run is
+        // what to expect.
+        let now = DAY + 3600;
+        assert_eq!(cpu_at(now - DAY), 3_000);
+        let expected = history.expected(&input(0, 0), now, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 3_000);
     }
 
     #[test]

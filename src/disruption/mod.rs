@@ -142,7 +142,7 @@ pub struct Settings {
     /// saving worth it.
     pub min_savings_per_eviction: f64,
     /// Capacity kept above the requests a NodePool is expected to carry within the
-    /// forecast horizon ([`Cluster::expected`]), as a share of them (0.1 = 10%): packing
+    /// forecast horizon ([`Cluster::expected`]), as a share of them (0.2 = 20%): packing
     /// leaves gaps, so capacity equal to the requests would not hold them.
     pub headroom: f64,
     /// Replacements planned with Tailor's cost-aware packer; off, Karpenter-style greedy
@@ -160,13 +160,19 @@ pub struct Settings {
     pub all: bool,
 }
 
+/// Capacity kept above what a NodePool is expected to carry, as a share of it
+/// ([`Settings::headroom`]). Chosen on the demo's tuning seeds: at 0.1, removing capacity
+/// down to the forecast bought nodes back within hours (up to 73 node launches a week on
+/// one seed, against 63 at 0.2, for a median cost 1.5% higher).
+pub const DEFAULT_EXPECTED_HEADROOM: f64 = 0.2;
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             min_savings_fraction: 0.05,
             min_savings_per_hour: 0.01,
             min_savings_per_eviction: DEFAULT_MIN_SAVINGS_PER_EVICTION,
-            headroom: 0.1,
+            headroom: DEFAULT_EXPECTED_HEADROOM,
             cost_aware: true,
             spot_to_spot: false,
             spot_to_spot_min_alternatives: 15,
