@@ -686,6 +686,133 @@ async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_tailor_cannot_read_is_told_why_and_the_rest_of_the_batch_runs() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(POOL).await;
+    let agent = Agent::start(&cp, "agent-odd", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    // The API server accepts two containers of 5 exabytes each; their sum overflows what
+    // the scheduler's reading can hold, so Tailor cannot read this pod.
+    cp.apply_yaml(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: huge, namespace: default}
+spec:
+  containers:
+  - {name: a, image: i, resources: {requests: {cpu: 100m, memory: 5E}}}
+  - {name: b, image: i, resources: {requests: {cpu: 100m, memory: 5E}}}
+"#,
+    )
+    .await;
+    cp.apply_yaml(&deployment("web", 2, "500m", "512Mi", ""))
+        .await;
+
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let told = eventually(
+        Duration::from_secs(90),
+        "a FailedProvisioning event on the unreadable pod",
+        || async {
+            list(&events).await.into_iter().find(|e| {
+                e.reason.as_deref() == Some("FailedProvisioning")
+                    && e.involved_object.name.as_deref() == Some("huge")
+            })
+        },
+    )
+    .await;
+    let note = told.message.clone().unwrap_or_default();
+    assert!(
+        note.contains("cannot read this pod's spec")
+            && note.contains("memory")
+            && note.contains("overflows"),
+        "{note}"
+    );
+    assert_eq!(told.type_.as_deref(), Some("Warning"));
+    // The rest of the batch was planned and runs on nodes Tailor created; the unreadable
+    // pod is not among the two running.
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let web_running = |all: &[Pod]| {
+        all.iter()
+            .filter(|p| p.name_any().starts_with("web-"))
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count()
+    };
+    if tokio::time::timeout(Duration::from_secs(120), async {
+        while web_running(&list(&pods).await) < 2 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .is_err()
+    {
+        let all = list(&pods).await;
+        let states: Vec<String> = all
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {:?} on {:?}",
+                    p.name_any(),
+                    p.status.as_ref().and_then(|s| s.phase.clone()),
+                    p.spec.as_ref().and_then(|s| s.node_name.clone())
+                )
+            })
+            .collect();
+        panic!(
+            "the web pods did not run: {states:?}\nclaims {:?}\nagent log:\n{}",
+            list(&claims_api(&cp))
+                .await
+                .iter()
+                .map(|c| c.name_any())
+                .collect::<Vec<_>>(),
+            agent
+                .log()
+                .lines()
+                .rev()
+                .take(60)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    assert!(
+        !list(&claims_api(&cp)).await.is_empty(),
+        "no NodeClaim for the readable pods"
+    );
+    // kube-scheduler's own arithmetic does not refuse the pod: once there are nodes it
+    // binds it. Bound, it stays unreadable to Tailor, and must not stop the next batches:
+    // ten more web pods need nodes the ones there cannot hold.
+    eventually(Duration::from_secs(60), "the odd pod bound", || async {
+        pods.get("huge").await.ok()?.spec?.node_name
+    })
+    .await;
+    let claims_before = list(&claims_api(&cp)).await.len();
+    scale(&cp, "web", 12).await;
+    if tokio::time::timeout(Duration::from_secs(180), async {
+        while web_running(&list(&pods).await) < 12 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .is_err()
+    {
+        panic!(
+            "the scaled web pods did not run beside the bound unreadable pod; agent log:\n{}",
+            agent
+                .log()
+                .lines()
+                .rev()
+                .take(60)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    assert!(
+        list(&claims_api(&cp)).await.len() > claims_before,
+        "the scale-up was held without new nodes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_doubles_or_orphans()
 {
     let _serial = SERIAL.lock().await;

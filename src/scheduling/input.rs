@@ -304,13 +304,12 @@ impl Input {
             let info = match PodInfo::from_pod(p) {
                 Ok(info) => info,
                 Err(e) => {
-                    let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                    let key = e.pod.clone();
                     unreadable.push(e);
-                    let Some(node) = bound else {
+                    let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
                         continue;
                     };
-                    let mut info =
-                        PodInfo::new(&unreadable[unreadable.len() - 1].pod, Resources::zero());
+                    let mut info = PodInfo::new(&key, Resources::zero());
                     match p.spec.as_ref().map(pod_requests) {
                         Some(Ok(r)) => info.requests = r,
                         _ => {
