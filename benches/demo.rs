@@ -135,6 +135,7 @@ fn autonomous(overrides: &[(String, String)]) -> RunSettings {
             "horizon" => s.forecast_horizon = number() as i64,
             "headroom" => s.disruption.headroom = number(),
             "lead" => s.headroom_lead = number() as i64,
+            "margin" => s.headroom_margin = number(),
             "per-eviction" => s.disruption.min_savings_per_eviction = number(),
             "fraction" => s.disruption.min_savings_fraction = number(),
             "budget" => s.budget_percent = number() as u32,

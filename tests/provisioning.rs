@@ -199,7 +199,7 @@ async fn buying_ahead_launches_for_the_growth_that_does_not_fit_and_only_in_auto
     let (input, history) = running_before_the_morning(now.as_second());
     let mut p = Provisioner::new(cloud, Mode::Autonomous, Options::default(), None);
     let round = p
-        .buy_ahead(&input, &history, now, 3 * 3600, 6 * 3600)
+        .buy_ahead(&input, &history, now, 3 * 3600, 6 * 3600, 0.0)
         .await
         .expect("growth expected")
         .clone();
@@ -216,7 +216,7 @@ async fn buying_ahead_launches_for_the_growth_that_does_not_fit_and_only_in_auto
     let (_, cloud, _) = setup();
     let mut p = Provisioner::new(cloud, Mode::RecommendOnly, Options::default(), None);
     let recorded = p
-        .buy_ahead(&input, &history, now, 3 * 3600, 6 * 3600)
+        .buy_ahead(&input, &history, now, 3 * 3600, 6 * 3600, 0.0)
         .await
         .expect("growth expected")
         .clone();
@@ -227,12 +227,12 @@ async fn buying_ahead_launches_for_the_growth_that_does_not_fit_and_only_in_auto
     // Without a day of history, or without a lead, nothing is bought.
     let empty = tailor::disruption::forecast::DemandHistory::new();
     assert!(
-        p.buy_ahead(&input, &empty, now, 3 * 3600, 6 * 3600)
+        p.buy_ahead(&input, &empty, now, 3 * 3600, 6 * 3600, 0.1)
             .await
             .is_none()
     );
     assert!(
-        p.buy_ahead(&input, &history, now, 0, 6 * 3600)
+        p.buy_ahead(&input, &history, now, 0, 6 * 3600, 0.1)
             .await
             .is_none()
     );

@@ -188,6 +188,7 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
             now.as_second(),
             ctx.settings.headroom_lead,
             crate::disruption::forecast::DEFAULT_HORIZON.max(ctx.settings.headroom_lead),
+            crate::provisioning::headroom::DEFAULT_MARGIN,
             &options,
         )
     };

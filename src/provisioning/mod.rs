@@ -200,13 +200,22 @@ impl<C: CloudProvider> Provisioner<C> {
         now: Timestamp,
         lead: i64,
         horizon: i64,
+        margin: f64,
     ) -> Option<&Round> {
         self.counter += 1;
         let options = Options {
             name_prefix: format!("h{}-", self.counter),
             ..self.options.clone()
         };
-        let claims = headroom::plan(input, history, now.as_second(), lead, horizon, &options);
+        let claims = headroom::plan(
+            input,
+            history,
+            now.as_second(),
+            lead,
+            horizon,
+            margin,
+            &options,
+        );
         if claims.is_empty() {
             return None;
         }

@@ -105,6 +105,9 @@ pub struct RunSettings {
     /// cycle disruption reads, [`crate::provisioning::headroom`]); 0: only for pods
     /// already pending. Autonomous mode only.
     pub headroom_lead: i64,
+    /// How much above the forecast a purchase ahead buys, as a share of each pool's
+    /// expected requests ([`crate::provisioning::headroom::DEFAULT_MARGIN`]).
+    pub headroom_margin: f64,
     /// Disruption thresholds.
     pub disruption: disruption::Settings,
     /// The right-sizing policy.
@@ -128,6 +131,7 @@ impl RunSettings {
             cost_aware: true,
             forecast_horizon: disruption::forecast::DEFAULT_HORIZON,
             headroom_lead: crate::provisioning::headroom::DEFAULT_LEAD,
+            headroom_margin: crate::provisioning::headroom::DEFAULT_MARGIN,
             disruption: disruption::Settings::default(),
             // Requests are sized to the usage history; the teams' memory limits stay
             // where they set them, so a peak above anything seen so far is absorbed by the
@@ -153,6 +157,7 @@ impl RunSettings {
             cost_aware: false,
             forecast_horizon: 0,
             headroom_lead: 0,
+            headroom_margin: 0.0,
             disruption: disruption::Settings::karpenter(),
             ..RunSettings::for_mode(Mode::Autonomous)
         }
@@ -808,6 +813,7 @@ impl World<'_> {
                 now,
                 lead,
                 self.settings.forecast_horizon,
+                self.settings.headroom_margin,
             )
             .await
         {
