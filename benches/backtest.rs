@@ -15,7 +15,10 @@
 //! training days written as OpenMetrics (CPU usage, working set, and the CFS throttling
 //! counters of CPU-limited containers), backfilled into a real Prometheus with promtool,
 //! and read back through the Prometheus usage source exactly as `tailor recommend` reads
-//! them (5-minute CPU rates, hourly memory peaks). Scoring always uses the raw samples.
+//! them (5-minute CPU rates by default, `--prometheus-step` seconds otherwise; hourly
+//! memory peaks). VPA and KRR read the CPU usage rate at the same step, as they would in
+//! a cluster: the throttling counters are Tailor's alone. Scoring always uses the raw
+//! samples.
 
 #[path = "../tests/support/prometheus.rs"]
 mod prometheus_server;
@@ -127,6 +130,10 @@ fn main() {
     let sweep = args.iter().any(|a| a == "--sweep");
     let oracle = args.iter().any(|a| a == "--oracle-demand");
     let in_memory_only = sweep || oracle || args.iter().any(|a| a == "--in-memory");
+    // The CPU step of the read through Prometheus (`tailor recommend --step`).
+    let prometheus_step: i64 = value("--prometheus-step")
+        .map(|v| v.parse().expect("--prometheus-step: seconds"))
+        .unwrap_or(300);
     let (per_set, days, step) = if full {
         (10u64, 14u32, 60i64)
     } else {
@@ -156,6 +163,7 @@ fn main() {
             memory: &c.train.1,
             throttled: &c.train.2,
             requests: c.trace.requests,
+            memory_interval: None,
         };
         for alg in Algorithm::ALL {
             let rec = train(alg, seen, split);
@@ -182,18 +190,39 @@ fn main() {
         .build()
         .expect("runtime");
     let began = std::time::Instant::now();
-    let usage = runtime.block_on(async {
+    let (usage, plain) = runtime.block_on(async {
         let server = prometheus_server::start_prometheus(&om).await;
-        let source = PrometheusSource::new(PrometheusSettings::new(&server.url)).expect("source");
-        source
+        let settings = PrometheusSettings::new(&server.url);
+        let window = (settings.rate_window.as_secs() as i64).max(prometheus_step);
+        let source = PrometheusSource::new(settings).expect("source");
+        let usage = source
             .usage(&UsageQuery {
                 namespaces: vec!["backtest".to_string()],
                 start,
                 end: split - 1,
-                step: 300,
+                step: prometheus_step,
             })
             .await
-            .expect("usage reads back")
+            .expect("usage reads back");
+        // What VPA and KRR read: the usage rate alone, capped by a CPU limit, at the
+        // same step and window.
+        let plain = source
+            .query_range(
+                &format!(
+                    "sum by (namespace, pod, container) \
+                     (rate(container_cpu_usage_seconds_total{{namespace=\"backtest\"}}[{window}s]))"
+                ),
+                start + prometheus_step,
+                split - 1,
+                prometheus_step,
+            )
+            .await
+            .expect("the usage rate reads back");
+        let plain: BTreeMap<String, Vec<(i64, f64)>> = plain
+            .into_iter()
+            .map(|(labels, points)| (labels.get("pod").cloned().unwrap_or_default(), points))
+            .collect();
+        (usage, plain)
     });
     drop(om);
     let mut table = Table::new();
@@ -207,15 +236,29 @@ fn main() {
             .containers
             .get(&key)
             .expect("every container read back");
-        // The CPU read is already the demand estimated from the throttling counters.
+        // Tailor's CPU read is already the demand estimated from the throttling
+        // counters; the baselines read the usage rate, as they do in a cluster.
         let seen = Samples {
             cpu: &read.cpu,
             memory: &read.memory,
             throttled: &[],
             requests: c.trace.requests,
+            memory_interval: Some(read.memory_interval),
         };
+        let usage_rate = Samples {
+            cpu: plain.get(&c.pod).map_or(&[][..], Vec::as_slice),
+            ..seen
+        };
+        assert!(
+            !usage_rate.cpu.is_empty(),
+            "{}: no usage rate read back",
+            c.pod
+        );
         for alg in Algorithm::ALL {
-            let rec = train(alg, seen, split);
+            let rec = match alg {
+                Algorithm::Tailor => train(alg, seen, split),
+                _ => train(alg, usage_rate, split),
+            };
             table
                 .entry((c.set, c.shape, alg))
                 .or_default()
@@ -223,7 +266,7 @@ fn main() {
         }
     }
     println!(
-        "\n== backtest through Prometheus: training days backfilled with promtool and read back with the Prometheus usage source ({} queries, {:.1}s including backfill) ==",
+        "\n== backtest through Prometheus: training days backfilled with promtool and read back with the Prometheus usage source at a {prometheus_step}s step ({} queries, {:.1}s including backfill; the baselines read the CPU usage rate at the same step) ==",
         usage.queries,
         began.elapsed().as_secs_f64()
     );
@@ -440,6 +483,7 @@ fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
             memory: &c.train.1,
             throttled: &c.train.2,
             requests: c.trace.requests,
+            memory_interval: None,
         }
     }
     for c in containers {

@@ -67,7 +67,8 @@ pub struct RecommendArgs {
     pub history: String,
 
     /// CPU sample spacing (Go duration, 1s to 1h and at most the history); CPU is the rate
-    /// over this step (at least 5m).
+    /// over this step (at least 2m). A finer step sees shorter peaks and costs more
+    /// queries.
     #[arg(long, env = "TAILOR_STEP", default_value = "5m")]
     pub step: String,
 

@@ -62,6 +62,9 @@ pub struct Samples<'a> {
     pub throttled: &'a [(i64, f64)],
     /// The requests deployed (cores, bytes).
     pub requests: (f64, f64),
+    /// Seconds each memory sample covers when the samples are interval peaks (as read
+    /// from Prometheus); `None` for raw samples.
+    pub memory_interval: Option<i64>,
 }
 
 /// What is scored: the demand and memory of the days after training.
@@ -119,6 +122,9 @@ pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
             None => h.add_cpu(*t, *v),
         }
     }
+    if let Some(interval) = train.memory_interval {
+        h.memory_sampled_every(interval);
+    }
     for (t, v) in train.memory {
         h.add_memory(*t, *v);
     }
@@ -129,6 +135,7 @@ pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
         memory_limit: None,
     };
     let r = recommend(&h, current, policy, &Context::default(), now);
+
     Sized {
         cpu: r.recommended.cpu.unwrap_or(0) as f64 / 1000.0,
         memory: r.recommended.memory.unwrap_or(0) as f64,
@@ -271,6 +278,7 @@ mod tests {
                 memory: m,
                 throttled,
                 requests: (1.0, GIB),
+                memory_interval: None,
             }
         }
         // VPA and KRR read cadvisor's usage: throttling does not move them.

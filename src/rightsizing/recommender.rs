@@ -27,6 +27,10 @@ const KEPT_WINDOWS: usize = super::policy::MAX_PEAK_DAYS as usize;
 const KEPT_RUNS: usize = 30;
 /// Closed runs needed before the per-run peaks size memory.
 const MIN_RUNS: usize = 3;
+/// A run ends when no memory sample came for at least one whole sampling interval and at
+/// least this many seconds: raw scrapes a minute apart tolerate a few missed ones, and
+/// hourly peaks (as read from Prometheus) end a run at the first hour with no sample.
+const RUN_IDLE_SECONDS: i64 = 600;
 /// The standard normal's 99th percentile: the next run's peak is sized for the 99th
 /// percentile of a lognormal fit of the runs' peaks.
 const RUN_PEAK_Z: f64 = 2.326;
@@ -106,7 +110,8 @@ pub struct ContainerHistory {
     min_gap: Option<i64>,
     /// Runs of an intermittent container: the time of the last memory sample, the
     /// smallest spacing between memory samples, the open run's peak, and the peaks of the
-    /// last closed runs. A gap of more than twice the usual spacing ends a run.
+    /// last closed runs. A gap with no sample for a whole interval and at least
+    /// [`RUN_IDLE_SECONDS`] ends a run.
     #[serde(default)]
     last_memory: Option<i64>,
     #[serde(default)]
@@ -172,6 +177,16 @@ impl ContainerHistory {
         }
     }
 
+    /// Says that memory samples are the peaks of intervals of `seconds` (as read from
+    /// Prometheus): an interval with no sample had no pod running, so a Job that runs once
+    /// every few hours, one sample a run, still has its runs told apart. Without it the
+    /// spacing is learnt from the samples, which for such a Job is the time between runs.
+    pub fn memory_sampled_every(&mut self, seconds: i64) {
+        if seconds > 0 {
+            self.memory_gap = Some(self.memory_gap.map_or(seconds, |g| g.min(seconds)));
+        }
+    }
+
     /// Adds a memory working-set sample (bytes) taken at `t`; the peak of each 24h window
     /// becomes one sample of the memory histogram.
     pub fn add_memory(&mut self, t: i64, bytes: f64) {
@@ -188,15 +203,16 @@ impl ContainerHistory {
         self.seen(t);
     }
 
-    /// Follows runs: a gap of more than twice the usual spacing between memory samples
-    /// means no pod ran (a Job between runs), and closes the run's peak.
+    /// Follows runs: a gap between memory samples that leaves out a whole interval of the
+    /// usual spacing, and at least [`RUN_IDLE_SECONDS`], means no pod ran (a Job between
+    /// runs), and closes the run's peak.
     fn track_runs(&mut self, t: i64, bytes: f64) {
         if let Some(last) = self.last_memory
             && t > last
         {
             let gap = t - last;
             let usual = self.memory_gap.map_or(gap, |g| g.min(gap));
-            if gap > 2 * usual && self.run_peak > 0.0 {
+            if gap - usual >= usual.max(RUN_IDLE_SECONDS) && self.run_peak > 0.0 {
                 self.run_peaks.push(self.run_peak);
                 if self.run_peaks.len() > KEPT_RUNS {
                     self.run_peaks.remove(0);
@@ -1354,6 +1370,54 @@ mod tests {
             assert!((t - table).abs() / table < 0.005, "{df} df: {t} vs {table}");
         }
         assert!((student_t99(1e9) - RUN_PEAK_Z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn runs_read_as_hourly_peaks_are_told_apart_when_the_interval_is_known() {
+        // A CronJob run every 6 hours for a week, read from Prometheus as the peak of
+        // each hour: one sample a run, 300 or 600 MiB by turns.
+        let feed = |interval: Option<i64>| {
+            let mut h = ContainerHistory::new(&policy(), 0);
+            if let Some(i) = interval {
+                h.memory_sampled_every(i);
+            }
+            for run in 0..(7 * 4) {
+                let t = run * 6 * 3600;
+                let peak = if run % 2 == 0 { 300.0 } else { 600.0 } * MIB as f64;
+                h.add_cpu(t, 1.0);
+                h.add_memory(t, peak);
+            }
+            recommend(
+                &h,
+                current(1000, 1024 * MIB),
+                &policy(),
+                &Context::default(),
+                7 * DAY,
+            )
+        };
+        // The hourly interval says each 6-hour gap is five hours with no pod: 27 closed
+        // runs, and memory is sized for the next run above the highest peak.
+        let told = feed(Some(3600));
+        assert!(
+            told.reasons.iter().any(|x| x.contains("from 27 runs")),
+            "{:?}",
+            told.reasons
+        );
+        let memory = told.recommended.memory.expect("memory") as f64;
+        assert!(
+            memory > 1.3 * 600.0 * MIB as f64,
+            "{} MiB",
+            memory / MIB as f64
+        );
+        // Learnt from the samples, the usual spacing is the six hours between runs:
+        // one long run, sized from the daily peaks alone.
+        let untold = feed(None);
+        assert!(
+            !untold.reasons.iter().any(|x| x.contains("next run")),
+            "{:?}",
+            untold.reasons
+        );
+        assert!(untold.recommended.memory < told.recommended.memory);
     }
 
     #[test]

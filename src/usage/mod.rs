@@ -28,6 +28,8 @@ pub struct ContainerUsage {
     pub memory: Vec<(i64, f64)>,
     /// Unix seconds by which an OOM kill had happened (within the memory interval before).
     pub oom_kills: Vec<i64>,
+    /// Seconds each memory peak covers (0 until a peak is read).
+    pub memory_interval: i64,
 }
 
 /// What to read.
@@ -139,9 +141,10 @@ impl UsageSink for Usage {
         c.cpu.extend_from_slice(samples);
     }
 
-    fn memory_peaks(&mut self, key: &ContainerKey, _interval: i64, peaks: &[(i64, f64)]) {
+    fn memory_peaks(&mut self, key: &ContainerKey, interval: i64, peaks: &[(i64, f64)]) {
         let c = self.containers.entry(key.clone()).or_default();
         c.memory.extend_from_slice(peaks);
+        c.memory_interval = interval;
     }
 
     fn oom_kill(&mut self, key: &ContainerKey, at: i64, _interval: i64) {

@@ -244,9 +244,10 @@ impl UsageSink for Pool<'_> {
         }
     }
 
-    fn memory_peaks(&mut self, key: &ContainerKey, _interval: i64, peaks: &[(i64, f64)]) {
+    fn memory_peaks(&mut self, key: &ContainerKey, interval: i64, peaks: &[(i64, f64)]) {
         let (keep, start) = (self.keep_hours, self.start);
         let Some(e) = self.entry(key) else { return };
+        e.history.memory_sampled_every(interval);
         for (t, v) in peaks {
             let p = e.peaks.entry(*t).or_insert(0.0);
             *p = p.max(*v);
@@ -372,6 +373,45 @@ spec:
         assert_eq!(p.hours.len(), 2);
         assert_eq!(p.hours[0].cpu_mean, 1.0);
         assert_eq!(p.hours[1].memory_max, 300.0e6);
+    }
+
+    #[test]
+    fn hourly_peaks_one_a_run_tell_the_runs_apart() {
+        // A container that runs for a few minutes every 6 hours, read as the peak of each
+        // hour: one peak a run. The pool passes the interval on, so the 5 hours with no
+        // peak between runs end each run.
+        use crate::rightsizing::recommender::{Context, Requests, recommend};
+        let snapshot = Snapshot::from_yaml("test", SNAPSHOT).expect("snapshot");
+        let workloads = Workloads::from_snapshot(&snapshot);
+        let policy = Policy::default();
+        let mut pool = Pool::new(&workloads, &policy, 0);
+        for run in 0..28 {
+            let t = run * 6 * 3600;
+            let peak = if run % 2 == 0 { 300.0e6 } else { 600.0e6 };
+            pool.cpu(&key("web-7d9f8b6c5d-abcde"), &[(t, 1.0)]);
+            pool.memory_peaks(&key("web-7d9f8b6c5d-abcde"), 3600, &[(t, peak)]);
+        }
+        let pooled = pool.finish();
+        let (_, p) = pooled.iter().next().expect("one");
+        let current = Requests {
+            cpu: Some(1000),
+            memory: Some(1 << 30),
+            cpu_limit: None,
+            memory_limit: None,
+        };
+        let r = recommend(
+            &p.history,
+            current,
+            &policy,
+            &Context::default(),
+            7 * 86_400,
+        );
+        assert!(
+            r.reasons.iter().any(|x| x.contains("from 27 runs")),
+            "{:?}",
+            r.reasons
+        );
+        assert!(r.recommended.memory.expect("memory") as f64 > 600.0e6);
     }
 
     #[test]

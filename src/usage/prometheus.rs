@@ -87,7 +87,9 @@ pub struct PrometheusSettings {
     pub timeout: Duration,
     /// Largest answer read, in bytes; a larger one fails the read without being held.
     pub max_response_bytes: u64,
-    /// Window of `rate()` for CPU; never shorter than the step.
+    /// Shortest window of `rate()` for CPU; the window is the step when that is longer.
+    /// Two minutes holds at least two samples at any usual cadvisor scrape interval (up
+    /// to a minute), so a one-minute step reads minute-level usage.
     pub rate_window: Duration,
     /// Memory is read as the peak of each interval this long (divides a day).
     pub memory_interval: Duration,
@@ -102,7 +104,7 @@ pub struct PrometheusSettings {
 }
 
 impl PrometheusSettings {
-    /// Defaults for a URL: 30 s timeout, 256 MiB answers, 5-minute rate window, hourly
+    /// Defaults for a URL: 30 s timeout, 256 MiB answers, rate windows of at least 2 minutes, hourly
     /// memory peaks, 2M points per query, 4 queries at once, 3 retries.
     pub fn new(url: &str) -> Self {
         PrometheusSettings {
@@ -114,7 +116,7 @@ impl PrometheusSettings {
             ca_file: None,
             timeout: Duration::from_secs(30),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            rate_window: Duration::from_secs(300),
+            rate_window: Duration::from_secs(120),
             memory_interval: Duration::from_secs(3600),
             max_points_per_query: 2_000_000,
             concurrency: 4,
