@@ -765,13 +765,7 @@ spec:
                 .iter()
                 .map(|c| c.name_any())
                 .collect::<Vec<_>>(),
-            agent
-                .log()
-                .lines()
-                .rev()
-                .take(60)
-                .collect::<Vec<_>>()
-                .join("\n")
+            agent.log_tail(60)
         );
     }
     assert!(
@@ -797,13 +791,7 @@ spec:
     {
         panic!(
             "the scaled web pods did not run beside the bound unreadable pod; agent log:\n{}",
-            agent
-                .log()
-                .lines()
-                .rev()
-                .take(60)
-                .collect::<Vec<_>>()
-                .join("\n")
+            agent.log_tail(60)
         );
     }
     assert!(
@@ -984,11 +972,9 @@ async fn an_agent_killed_mid_drain_finishes_the_drain_after_a_restart() {
                     )
                 })
                 .collect();
-            let log = restarted.log();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
             panic!(
                 "the drained node {node_name} (node gone: {gone_node}, claim gone: {gone_claim}) outlived 240 s after the restart\npods: {pods_now:?}\nrestarted agent, last lines:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                restarted.log_tail(60)
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -360,42 +360,29 @@ mod tests {
         assert!(plan(&i, &history, DAY + 4 * 3600, 1800, 6 * 3600, 0.0, &options).is_empty());
         // Nor with a margin: the margin sizes a purchase, it does not start one.
         assert!(plan(&i, &history, DAY + 4 * 3600, 1800, 6 * 3600, 0.5, &options).is_empty());
-        // 04:45: within 30 minutes the pool doubles (3 more cores, 1 of room): the
-        // horizon's growth (to 9 cores, 6 more) is bought at once, less the room.
-        let claims = plan(
-            &i,
-            &history,
-            DAY + 4 * 3600 + 2700,
-            1800,
-            6 * 3600,
-            0.0,
-            &options,
-        );
+        // 04:45: within 30 minutes the pool doubles (3 more cores, 1 of room).
+        let at_0445 = |horizon: i64, margin: f64| {
+            plan(
+                &i,
+                &history,
+                DAY + 4 * 3600 + 2700,
+                1800,
+                horizon,
+                margin,
+                &options,
+            )
+        };
+        // The horizon's growth (to 9 cores, 6 more) is bought at once, less the room.
+        let claims = at_0445(6 * 3600, 0.0);
         assert_eq!(bought(&claims), 10, "{claims:?}");
         assert!(claims.iter().all(|c| c.pods.iter().all(|k| is_stand_in(k))));
         // A margin of half the expected requests: 13.5 cores and 27 GiB to carry, 10.5
         // cores and 21 GiB beyond the 3 cores and 6 GiB carried, as 21 stand-ins of 500m
         // and 1 GiB; two fit in the node's room.
-        let claims = plan(
-            &i,
-            &history,
-            DAY + 4 * 3600 + 2700,
-            1800,
-            6 * 3600,
-            0.5,
-            &options,
-        );
+        let claims = at_0445(6 * 3600, 0.5);
         assert_eq!(bought(&claims), 19, "{claims:?}");
         // With the horizon no longer than the lead, only the lead's growth.
-        let claims = plan(
-            &i,
-            &history,
-            DAY + 4 * 3600 + 2700,
-            1800,
-            1800,
-            0.0,
-            &options,
-        );
+        let claims = at_0445(1800, 0.0);
         assert_eq!(bought(&claims), 4, "{claims:?}");
         // No lead, nothing ahead.
         assert!(

@@ -135,7 +135,6 @@ pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
         memory_limit: None,
     };
     let r = recommend(&h, current, policy, &Context::default(), now);
-
     Sized {
         cpu: r.recommended.cpu.unwrap_or(0) as f64 / 1000.0,
         memory: r.recommended.memory.unwrap_or(0) as f64,

@@ -1374,15 +1374,15 @@ mod tests {
 
     #[test]
     fn runs_read_as_hourly_peaks_are_told_apart_when_the_interval_is_known() {
-        // A CronJob run every 6 hours for a week, read from Prometheus as the peak of
+        // A CronJob run every few hours for a week, read from Prometheus as the peak of
         // each hour: one sample a run, 300 or 600 MiB by turns.
-        let feed = |interval: Option<i64>| {
+        let feed = |interval: Option<i64>, every_hours: i64| {
             let mut h = ContainerHistory::new(&policy(), 0);
             if let Some(i) = interval {
                 h.memory_sampled_every(i);
             }
-            for run in 0..(7 * 4) {
-                let t = run * 6 * 3600;
+            for run in 0..(7 * 24 / every_hours) {
+                let t = run * every_hours * 3600;
                 let peak = if run % 2 == 0 { 300.0 } else { 600.0 } * MIB as f64;
                 h.add_cpu(t, 1.0);
                 h.add_memory(t, peak);
@@ -1397,7 +1397,7 @@ mod tests {
         };
         // The hourly interval says each 6-hour gap is five hours with no pod: 27 closed
         // runs, and memory is sized for the next run above the highest peak.
-        let told = feed(Some(3600));
+        let told = feed(Some(3600), 6);
         assert!(
             told.reasons.iter().any(|x| x.contains("from 27 runs")),
             "{:?}",
@@ -1411,13 +1411,21 @@ mod tests {
         );
         // Learnt from the samples, the usual spacing is the six hours between runs:
         // one long run, sized from the daily peaks alone.
-        let untold = feed(None);
+        let untold = feed(None, 6);
         assert!(
             !untold.reasons.iter().any(|x| x.contains("next run")),
             "{:?}",
             untold.reasons
         );
         assert!(untold.recommended.memory < told.recommended.memory);
+        // Every 2 hours, a single empty hour between runs still ends each one: 83 closed,
+        // the last 30 kept.
+        let close = feed(Some(3600), 2);
+        assert!(
+            close.reasons.iter().any(|x| x.contains("from 30 runs")),
+            "{:?}",
+            close.reasons
+        );
     }
 
     #[test]

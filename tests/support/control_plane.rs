@@ -306,6 +306,14 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The last `lines` lines of the agent's log, oldest first (for failure messages).
+    #[allow(dead_code)] // not every test binary reads logs
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     /// Waits until `/readyz` answers 200.
     pub async fn wait_ready(&self) {
         let url = format!("{}/readyz", self.url);
