@@ -29,10 +29,6 @@ use crate::scheduling::{self, ExistingNode, Input, Options, Plan, PlannedNodeCla
 use crate::state::Snapshot;
 use crate::webhook::mutate::{Decision, Objects, decide, decide_if_auto};
 
-/// How long a pod that could not be planned (no valid NodePool, the catalog unavailable) waits
-/// before it is planned again.
-const RETRY: SignedDuration = SignedDuration::from_secs(10);
-
 /// How long a pod planned onto an existing node, or reported in recommend-only mode, is left
 /// alone before it is planned again.
 const COVER: SignedDuration = SignedDuration::from_secs(20);
@@ -119,7 +115,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
                 false,
             );
             // Whatever the round could not cover is looked at again after a pause.
-            let retry_at = now.checked_add(RETRY).unwrap_or(now);
+            let retry_at = now.checked_add(crate::provisioning::RETRY).unwrap_or(now);
             for pod in std::mem::take(&mut round.uncovered) {
                 round.covered.entry(pod).or_insert(Target::Until(retry_at));
             }

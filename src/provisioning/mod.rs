@@ -22,6 +22,10 @@ pub const DEFAULT_IDLE_WINDOW: Duration = Duration::from_secs(1);
 /// Default maximum window: close a batch this long after it opened, whatever arrives.
 pub const DEFAULT_MAX_WINDOW: Duration = Duration::from_secs(10);
 
+/// How long a pod a round could not plan (no valid NodePool, the catalog unavailable, no
+/// capacity) waits before it is planned again.
+pub const RETRY: SignedDuration = SignedDuration::from_secs(10);
+
 /// Whether the agent acts or only reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

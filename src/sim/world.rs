@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::future::{Future, ready};
 use std::sync::Arc;
-use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Taint;
@@ -23,7 +22,7 @@ use crate::disruption::cluster::PoolRules;
 use crate::disruption::controller::{ActError, Actuator, DISRUPTED_TAINT, Disrupter, Phase};
 use crate::disruption::{self, Cluster, NodeMeta};
 use crate::model::{CapacityType, Dimension, InstanceType, Requirement, Resources};
-use crate::provisioning::{self, Mode, Provisioner};
+use crate::provisioning::{self, Batcher, Mode, Provisioner};
 use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
 use crate::scheduling::input::default_pool;
 use crate::scheduling::{DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
@@ -38,6 +37,10 @@ const GIB: f64 = 1_073_741_824.0;
 /// Seconds before the run's start the cluster is brought up (its pods as deployed placed,
 /// their nodes launched and registered).
 const WARM_UP: i64 = 600;
+
+/// Seconds between the finer steps in which nodes register, disruption acts and pending
+/// pods are placed (usage moves in the scenario's coarser step).
+const SUB_STEP: i64 = 15;
 
 /// The taint on the spot NodePool's nodes; only pods that tolerate it land there.
 const SPOT_TAINT: &str = "tailor.sh/spot";
@@ -384,6 +387,16 @@ struct World<'a> {
     /// What each NodePool is expected to carry within the forecast horizon, as of the
     /// last disruption evaluation.
     expected: BTreeMap<String, Resources>,
+    /// Decides when pending pods are planned, with the agent's windows.
+    batcher: Batcher,
+    /// The pending pods the open or last batch saw.
+    batch_pods: std::collections::BTreeSet<String>,
+    /// When the last provisioning round ran.
+    last_round: Option<Timestamp>,
+    /// The one clock the cloud, the provisioner and the disruption controller read.
+    clock: VirtualClock,
+    /// Seconds the simulated cloud takes from creating a VM to running it.
+    launch_latency: i64,
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
@@ -629,8 +642,12 @@ impl World<'_> {
                 i.capacity_type.as_str().to_string(),
             );
             node_labels.insert(labels::HOSTNAME.to_string(), i.claim.clone());
+            // The node joined when its VM came up, which may be between two of the
+            // simulation's looks.
+            let joined = (i.created_at.as_second() + self.launch_latency)
+                .clamp(self.now - SUB_STEP, self.now);
             if let Some(m) = &self.metrics {
-                let launched = self.now - i.created_at.as_second();
+                let launched = joined - i.created_at.as_second();
                 m.observe_nodeclaim_stage(&pool_name, Stage::Registered, launched as f64);
                 // A simulated node is ready for pods as it joins.
                 m.observe_nodeclaim_stage(&pool_name, Stage::Initialized, 0.0);
@@ -645,8 +662,8 @@ impl World<'_> {
                 allocatable,
                 labels: node_labels,
                 taints,
-                created: self.now,
-                last_pod_event: self.now,
+                created: joined,
+                last_pod_event: joined,
             });
             if i.capacity_type == CapacityType::Spot {
                 // A quarter of spot VMs are reclaimed within 1-11 hours of starting.
@@ -670,9 +687,15 @@ impl World<'_> {
                 if p.node.as_deref() == Some(i.claim.as_str()) && !p.running {
                     p.running = true;
                     if let Some(since) = p.pending_since.take() {
-                        self.latencies.push((now - since) as f64);
+                        let started = joined.max(since);
+                        // Pending time is counted a sub-step at a time: the part of the
+                        // last one after the node joined was running time.
+                        let over = (now - started) as f64;
+                        self.pending_seconds -= over;
+                        *self.pending_by_cause.entry(p.pending_cause).or_default() -= over;
+                        self.latencies.push((started - since) as f64);
                         if let Some(m) = &self.metrics {
-                            m.observe_pod_startup(&pool_name, (now - since) as f64);
+                            m.observe_pod_startup(&pool_name, (started - since) as f64);
                         }
                     }
                 }
@@ -733,13 +756,40 @@ impl World<'_> {
         }
     }
 
-    /// Pending pods, as one provisioning batch (the step is longer than a batch's windows):
-    /// the provisioner places them on nodes with room or buys new nodes for them.
+    /// Pending pods, planned as the agent's provisioning controller plans them: a change in
+    /// the pending set, or pods a round left pending once the retry pause has passed, opens
+    /// or extends a batch, and the provisioner places them on nodes with room or buys new
+    /// nodes for them when the [`Batcher`] closes it. Pods appear here at the sub-step's
+    /// grain, longer than the batch windows and the retry pause, so a batch opened at a
+    /// sub-step closes within it, at its deadline, and the round runs then.
     async fn provision(&mut self, provisioner: &mut Provisioner<Cloud>) {
         let pending = self.pending();
         if pending.is_empty() {
+            self.batcher.reset();
+            self.batch_pods.clear();
             return;
         }
+        let now = self.timestamp();
+        let keys: std::collections::BTreeSet<String> =
+            pending.iter().map(|p| p.key.clone()).collect();
+        let retry = self
+            .last_round
+            .is_some_and(|t| now.duration_since(t) >= provisioning::RETRY);
+        if keys != self.batch_pods || retry {
+            self.batcher.observe(now);
+            self.batch_pods = keys;
+        }
+        let Some(at) = self.batcher.deadline() else {
+            return;
+        };
+        if at.as_second() >= self.now + SUB_STEP || !self.batcher.ready(at) {
+            // Closes after this sub-step: planned at a later call.
+            return;
+        }
+        self.batcher.reset();
+        self.last_round = Some(at);
+        // The round runs when the batch closes: the cloud stamps its launches then.
+        self.clock.set(at);
         self.rounds += 1;
         let input = Input {
             pending,
@@ -757,10 +807,8 @@ impl World<'_> {
                 ))
             })
             .collect();
-        let round = provisioner
-            .provision(&input, self.timestamp(), &since)
-            .await;
-        let now = self.now;
+        let round = provisioner.provision(&input, at, &since).await;
+        let now = at.as_second();
         for placement in &round.plan.existing_nodes {
             for key in &placement.pods {
                 if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
@@ -805,7 +853,7 @@ impl World<'_> {
             pools: self.pools_now(),
             daemon_sets: self.daemon_sets.clone(),
         };
-        let now = self.timestamp();
+        let now = Clock::now(&self.clock);
         if let Some(round) = provisioner
             .buy_ahead(
                 &input,
@@ -830,7 +878,7 @@ impl World<'_> {
     /// Books what a provisioning round launched: each node is launching until it
     /// registers, and the pods planned onto it are nominated to it.
     fn launched(&mut self, round: &provisioning::Round) {
-        let now = self.now;
+        let now = round.at.as_second();
         for l in &round.launched {
             self.launched_per_hour += l.instance.price_per_hour;
             if let Some(m) = &self.metrics {
@@ -1275,13 +1323,14 @@ pub async fn run(
 ) -> RunResult {
     let start = Timestamp::from_second(scenario.start).unwrap_or(Timestamp::UNIX_EPOCH);
     let clock = VirtualClock::new(start);
+    let sim_settings = SimSettings {
+        region: scenario.region.clone(),
+        ..SimSettings::default()
+    };
     let cloud = SimulatedAzure::new(
         Arc::new(clock.clone()),
         instance_types.clone(),
-        SimSettings {
-            region: scenario.region.clone(),
-            ..SimSettings::default()
-        },
+        sim_settings.clone(),
     );
     let pools = vec![
         node_pool("spot", labels::CAPACITY_TYPE_SPOT, 10, &instance_types),
@@ -1382,6 +1431,11 @@ pub async fn run(
         used_by_namespace: BTreeMap::new(),
         demand: disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
         expected: BTreeMap::new(),
+        batcher: Batcher::default(),
+        batch_pods: Default::default(),
+        last_round: None,
+        clock: clock.clone(),
+        launch_latency: sim_settings.launch_latency.as_secs(),
     };
     if let Some(m) = metrics {
         // Per-namespace counters start at zero: a namespace without OOM kills shows 0.
@@ -1407,7 +1461,7 @@ pub async fn run(
         metered.clone(),
         settings.mode,
         settings.disruption.clone(),
-        SignedDuration::from_secs(15),
+        SignedDuration::from_secs(SUB_STEP),
     )
     .with_metrics(metrics.cloned());
     // The cluster runs when the week begins, as a cluster does when Tailor is installed
@@ -1418,8 +1472,8 @@ pub async fn run(
     world.reconcile_workloads();
     while world.now < scenario.start {
         world.provision(&mut provisioner).await;
-        clock.advance(Duration::from_secs(15));
-        world.now += 15;
+        world.now += SUB_STEP;
+        clock.set(world.timestamp());
         world.register(&metered).await;
     }
     world.latencies.clear();
@@ -1518,7 +1572,7 @@ pub async fn run(
         // place them, not at the next usage step. Pending time is counted at the same
         // grain.
         let mut stepped = 0;
-        for _ in 0..(scenario.step / 15).max(1) {
+        for _ in 0..(scenario.step / SUB_STEP).max(1) {
             let waiting = world.pods.iter().any(|p| p.node.is_none());
             if !disrupter.busy() && world.launching.is_empty() && !waiting {
                 break;
@@ -1527,10 +1581,10 @@ pub async fn run(
             disrupter.tick(Clock::now(&clock), &view, &mut world).await;
             world.register(&metered).await;
             world.provision(&mut provisioner).await;
-            world.count_pending(15.0);
-            stepped += 15;
-            clock.advance(Duration::from_secs(15));
-            world.now += 15;
+            world.count_pending(SUB_STEP as f64);
+            stepped += SUB_STEP;
+            world.now += SUB_STEP;
+            clock.set(world.timestamp());
         }
         world.now = scenario.start + step * scenario.step;
         for (i, c) in disrupter.commands().iter().enumerate() {
