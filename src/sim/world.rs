@@ -362,7 +362,6 @@ struct World<'a> {
     last_reasons: Vec<Vec<String>>,
     context: Context,
     now: i64,
-    rounds: u64,
     latencies: Vec<f64>,
     evicted: usize,
     ooms: u64,
@@ -790,7 +789,6 @@ impl World<'_> {
         self.last_round = Some(at);
         // The round runs when the batch closes: the cloud stamps its launches then.
         self.clock.set(at);
-        self.rounds += 1;
         let input = Input {
             pending,
             nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
@@ -865,7 +863,6 @@ impl World<'_> {
             )
             .await
         {
-            self.rounds += 1;
             self.launched(round);
         }
     }
@@ -1416,7 +1413,6 @@ pub async fn run(
         last_reasons: vec![Vec::new(); scenario.workloads.len()],
         context,
         now: scenario.start,
-        rounds: 0,
         latencies: Vec::new(),
         evicted: 0,
         ooms: 0,
