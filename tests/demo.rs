@@ -242,22 +242,14 @@ fn serve_keeps_metrics_up_with_the_autonomous_run_recorded() {
 /// there. Only the lead differs between the two runs.
 #[test]
 fn headroom_buys_the_morning_ramp_before_its_pods_arrive() {
-    use tailor::catalog::{Catalog, CatalogOptions};
     use tailor::provisioning::Mode;
     use tailor::sim::scenario::{Kind, Scenario};
-    use tailor::sim::world::{RunSettings, run};
+    use tailor::sim::world::RunSettings;
 
     let mut scenario = Scenario::mid_size(1, 4);
     scenario
         .workloads
         .retain(|w| matches!(w.kind, Kind::Deployment | Kind::DaemonSet));
-    let types = Catalog::builtin()
-        .and_then(|c| c.instance_types(&CatalogOptions::for_region(&scenario.region)))
-        .expect("the built-in catalog");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let mut without = RunSettings::for_mode(Mode::Autonomous);
     without.rightsizing = false;
     without.headroom_lead = 0;
@@ -266,7 +258,7 @@ fn headroom_buys_the_morning_ramp_before_its_pods_arrive() {
         ..without.clone()
     };
     let run_with = |settings: &RunSettings| {
-        let r = runtime.block_on(run(&scenario, settings, types.clone(), None, &mut |_| {}));
+        let r = simulate(&scenario, settings);
         let by_cause = &r.summary.pending_pod_hours_by_cause;
         // The causes add up to the whole.
         let sum: f64 = by_cause.values().sum();
@@ -303,23 +295,14 @@ fn headroom_buys_the_morning_ramp_before_its_pods_arrive() {
 /// the simulation happens to look.
 #[test]
 fn pending_pods_are_planned_when_their_batch_closes() {
-    use tailor::catalog::{Catalog, CatalogOptions};
     use tailor::cloud::sim::SimSettings;
     use tailor::provisioning::{DEFAULT_IDLE_WINDOW, Mode};
     use tailor::sim::scenario::Scenario;
-    use tailor::sim::world::{RunSettings, run};
+    use tailor::sim::world::RunSettings;
 
-    let scenario = Scenario::mid_size(3, 1);
-    let types = Catalog::builtin()
-        .and_then(|c| c.instance_types(&CatalogOptions::for_region(&scenario.region)))
-        .expect("the built-in catalog");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let mut settings = RunSettings::for_mode(Mode::Autonomous);
     settings.rightsizing = false;
-    let r = runtime.block_on(run(&scenario, &settings, types, None, &mut |_| {}));
+    let r = simulate(&Scenario::mid_size(3, 1), &settings);
     let s = &r.summary;
     let idle = DEFAULT_IDLE_WINDOW.as_secs_f64();
     let boot = SimSettings::default().launch_latency.as_secs_f64();
@@ -334,4 +317,26 @@ fn pending_pods_are_planned_when_their_batch_closes() {
     // capacity on this day): exactly that, not rounded up to the simulation's 15-second
     // steps.
     assert_eq!(s.provisioning_p99_seconds, idle + boot, "{s:?}");
+}
+
+/// One run of the simulated cluster with the built-in catalog, without metrics.
+fn simulate(
+    scenario: &tailor::sim::scenario::Scenario,
+    settings: &tailor::sim::world::RunSettings,
+) -> tailor::sim::world::RunResult {
+    use tailor::catalog::{Catalog, CatalogOptions};
+    let types = Catalog::builtin()
+        .and_then(|c| c.instance_types(&CatalogOptions::for_region(&scenario.region)))
+        .expect("the built-in catalog");
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(tailor::sim::world::run(
+            scenario,
+            settings,
+            types,
+            None,
+            &mut |_| {},
+        ))
 }

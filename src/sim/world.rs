@@ -4,7 +4,7 @@
 //! the recommender sizes requests from the usage it sees, and disruption consolidates.
 //! The cluster itself is the [`Actuator`] disruption drains through.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::{Future, ready};
 use std::sync::Arc;
 
@@ -375,7 +375,7 @@ struct World<'a> {
     metrics: Option<Metrics>,
     /// (pool, size, capacity type, zone) whose cost was last reported (to zero the ones
     /// gone).
-    reported_types: std::collections::BTreeSet<(String, String, String, String)>,
+    reported_types: BTreeSet<(String, String, String, String)>,
     /// Per workload: whether its last recommendation was actionable, and its $/hour effect
     /// per pod.
     last_recommendation: Vec<Option<(bool, f64)>>,
@@ -389,7 +389,7 @@ struct World<'a> {
     /// Decides when pending pods are planned, with the agent's windows.
     batcher: Batcher,
     /// The pending pods the open or last batch saw.
-    batch_pods: std::collections::BTreeSet<String>,
+    batch_pods: BTreeSet<String>,
     /// When the last provisioning round ran.
     last_round: Option<Timestamp>,
     /// The one clock the cloud, the provisioner and the disruption controller read.
@@ -587,7 +587,7 @@ impl World<'_> {
             return;
         };
         // Nodes whose VM is gone (a spot VM reclaimed, or deleted) leave the cluster.
-        let alive: std::collections::BTreeSet<&str> = instances
+        let alive: BTreeSet<&str> = instances
             .iter()
             .filter(|i| i.state == InstanceState::Running)
             .map(|i| i.claim.as_str())
@@ -769,8 +769,7 @@ impl World<'_> {
             return;
         }
         let now = self.timestamp();
-        let keys: std::collections::BTreeSet<String> =
-            pending.iter().map(|p| p.key.clone()).collect();
+        let keys: BTreeSet<String> = pending.iter().map(|p| p.key.clone()).collect();
         let retry = self
             .last_round
             .is_some_and(|t| now.duration_since(t) >= provisioning::RETRY);
@@ -781,8 +780,8 @@ impl World<'_> {
         let Some(at) = self.batcher.deadline() else {
             return;
         };
-        if at.as_second() >= self.now + SUB_STEP || !self.batcher.ready(at) {
-            // Closes after this sub-step: planned at a later call.
+        if at.as_second() >= self.now + SUB_STEP {
+            // The batch closes after this sub-step: planned at a later call.
             return;
         }
         self.batcher.reset();
@@ -1482,7 +1481,7 @@ pub async fn run(
     let mut last_report = disruption::Report::default();
     // Realised consolidation savings: the $/hour of decisions done and not yet bought
     // back by provisioning, integrated over time.
-    let mut credited = std::collections::BTreeSet::new();
+    let mut credited = BTreeSet::new();
     let mut credit_per_hour = 0.0;
     let mut launched_seen = world.launched_per_hour;
     let mut realised = 0.0;
