@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 
 use tailor::rightsizing::Policy;
 use tailor::rightsizing::backtest::{
-    Algorithm, Observed, Samples, Score, score, train, train_policy,
+    Algorithm, Observed, Samples, Score, Sized, score, train, train_fleet,
 };
 use tailor::sim::traces::{Shape, Trace, generate};
 use tailor::usage::prometheus::{PrometheusSettings, PrometheusSource};
@@ -48,6 +48,9 @@ enum Set {
     /// A third held-out set, from seeds first generated after the Jobs' memory bound
     /// became a prediction bound (chosen for the second set's CronJob memory risk).
     Third,
+    /// A fourth held-out set, from seeds first generated after the CPU starvation budget
+    /// was chosen on the tuning set.
+    Fourth,
 }
 
 impl Set {
@@ -57,6 +60,7 @@ impl Set {
             Set::HeldOut => "held-out",
             Set::Fresh => "held-out-2",
             Set::Third => "held-out-3",
+            Set::Fourth => "held-out-4",
         }
     }
 
@@ -67,13 +71,20 @@ impl Set {
             Set::HeldOut => 9_000_000,
             Set::Fresh => 47_000_000,
             Set::Third => 83_000_000,
+            Set::Fourth => 131_000_000,
         };
         base + 1000 * (shape as u64 + 1) + i
     }
 }
 
 /// Every set, in report order.
-const SETS: [Set; 4] = [Set::Tuning, Set::HeldOut, Set::Fresh, Set::Third];
+const SETS: [Set; 5] = [
+    Set::Tuning,
+    Set::HeldOut,
+    Set::Fresh,
+    Set::Third,
+    Set::Fourth,
+];
 
 /// A generated container, split into what training sees and what is scored.
 struct Container {
@@ -93,8 +104,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
     // Tuning aids, for the tuning set only: `--tailor-cpu P,MARGIN` trains Tailor with
-    // another CPU percentile and margin than its defaults, `--starvation-weight W` with
-    // another starvation weight, `--memory-trend` with rising memory peaks projected;
+    // another CPU percentile and margin than its defaults, `--starvation-budget B` with
+    // another CPU starvation budget, `--half-life S` with another sample half-life,
+    // `--memory-trend` with rising memory peaks projected;
     // `--sweep` prints the trade-off over a grid of them on the tuning set and stops.
     // An analysis aid, for all sets: `--oracle-demand` trains all three recommenders on the
     // demand itself instead of the usage capped by a CPU limit (and no throttling
@@ -114,19 +126,19 @@ fn main() {
         policy.cpu_margin = m.parse().expect("a margin");
         tuned = true;
     }
-    if let Some(v) = value("--starvation-weight") {
-        policy.cpu_starvation_weight = v.parse().expect("a weight");
+    if let Some(v) = value("--starvation-budget") {
+        policy.cpu_starvation_budget = v.parse().expect("a share");
+        tuned = true;
+    }
+    if let Some(v) = value("--half-life") {
+        policy.half_life = v.parse().expect("seconds");
         tuned = true;
     }
     if args.iter().any(|a| a == "--memory-trend") {
         policy.memory_trend = true;
         tuned = true;
     }
-    let tailor_policy = tuned.then_some(policy);
-    let train = |alg: Algorithm, seen: Samples<'_>, now: i64| match (&tailor_policy, alg) {
-        (Some(policy), Algorithm::Tailor) => train_policy(policy, seen, now),
-        _ => train(alg, seen, now),
-    };
+    let tailor_policy = if tuned { policy } else { Policy::default() };
     let sweep = args.iter().any(|a| a == "--sweep");
     let oracle = args.iter().any(|a| a == "--oracle-demand");
     let in_memory_only = sweep || oracle || args.iter().any(|a| a == "--in-memory");
@@ -157,16 +169,13 @@ fn main() {
         return;
     }
     let mut table = Table::new();
-    for c in &containers {
-        let seen = Samples {
-            cpu: &c.train.0,
-            memory: &c.train.1,
-            throttled: &c.train.2,
-            requests: c.trace.requests,
-            memory_interval: None,
-        };
+    let tailor = fleets(&containers, &tailor_policy, split, seen);
+    for (c, tailor) in containers.iter().zip(&tailor) {
         for alg in Algorithm::ALL {
-            let rec = train(alg, seen, split);
+            let rec = match alg {
+                Algorithm::Tailor => *tailor,
+                _ => train(alg, seen(c), split),
+            };
             table
                 .entry((c.set, c.shape, alg))
                 .or_default()
@@ -225,8 +234,9 @@ fn main() {
         (usage, plain)
     });
     drop(om);
-    let mut table = Table::new();
-    for c in &containers {
+    // Tailor's CPU read is already the demand estimated from the throttling counters; the
+    // baselines read the usage rate, as they do in a cluster.
+    let read_back = |c: &Container| {
         let key = tailor::usage::ContainerKey {
             namespace: "backtest".to_string(),
             pod: c.pod.clone(),
@@ -236,15 +246,18 @@ fn main() {
             .containers
             .get(&key)
             .expect("every container read back");
-        // Tailor's CPU read is already the demand estimated from the throttling
-        // counters; the baselines read the usage rate, as they do in a cluster.
-        let seen = Samples {
+        Samples {
             cpu: &read.cpu,
             memory: &read.memory,
             throttled: &[],
             requests: c.trace.requests,
             memory_interval: Some(read.memory_interval),
-        };
+        }
+    };
+    let mut table = Table::new();
+    let tailor = fleets(&containers, &tailor_policy, split, read_back);
+    for (c, tailor) in containers.iter().zip(&tailor) {
+        let seen = read_back(c);
         let usage_rate = Samples {
             cpu: plain.get(&c.pod).map_or(&[][..], Vec::as_slice),
             ..seen
@@ -256,7 +269,7 @@ fn main() {
         );
         for alg in Algorithm::ALL {
             let rec = match alg {
-                Algorithm::Tailor => train(alg, seen, split),
+                Algorithm::Tailor => *tailor,
                 _ => train(alg, usage_rate, split),
             };
             table
@@ -472,20 +485,49 @@ fn report(table: &Table) {
     }
 }
 
-/// Tailor's overall figures on the tuning set over a grid of CPU starvation weights,
-/// percentile floors and margins, beside VPA's and KRR's: the trade-off curve the default
-/// weight was chosen from.
-fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
-    let mut baselines: BTreeMap<Algorithm, Score> = BTreeMap::new();
-    fn seen(c: &Container) -> Samples<'_> {
-        Samples {
-            cpu: &c.train.0,
-            memory: &c.train.1,
-            throttled: &c.train.2,
-            requests: c.trace.requests,
-            memory_interval: None,
+/// What training sees of a container in memory.
+fn seen(c: &Container) -> Samples<'_> {
+    Samples {
+        cpu: &c.train.0,
+        memory: &c.train.1,
+        throttled: &c.train.2,
+        requests: c.trace.requests,
+        memory_interval: None,
+    }
+}
+
+/// Tailor's recommendation for every container, in order: each set is one cluster, its
+/// containers sized together under `policy` (`train_fleet`).
+fn fleets<'a>(
+    containers: &'a [Container],
+    policy: &Policy,
+    split: i64,
+    samples: impl Fn(&'a Container) -> Samples<'a>,
+) -> Vec<Sized> {
+    let mut recs = vec![
+        Sized {
+            cpu: 0.0,
+            memory: 0.0
+        };
+        containers.len()
+    ];
+    for set in SETS {
+        let members: Vec<usize> = (0..containers.len())
+            .filter(|i| containers[*i].set == set)
+            .collect();
+        let fleet: Vec<Samples<'a>> = members.iter().map(|i| samples(&containers[*i])).collect();
+        for (i, rec) in members.iter().zip(train_fleet(policy, &fleet, split)) {
+            recs[*i] = rec;
         }
     }
+    recs
+}
+
+/// Tailor's overall figures on the tuning set over a grid of CPU starvation budgets,
+/// percentile floors and burst guards, beside VPA's and KRR's: the trade-off curve the
+/// default budget was chosen from.
+fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
+    let mut baselines: BTreeMap<Algorithm, Score> = BTreeMap::new();
     for c in containers {
         for alg in [Algorithm::Vpa, Algorithm::Krr] {
             let rec = train(alg, seen(c), split);
@@ -502,32 +544,30 @@ fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
         100.0 * krr.starvation()
     );
     println!(
-        "{:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9}",
-        "weight", "floor", "margin", "cpu/vpa", "mem/vpa", "mem risk", "starved"
+        "{:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}",
+        "budget", "floor", "burst", "cpu/vpa", "mem/vpa", "mem risk", "starved"
     );
-    for weight in [
-        0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0,
-    ] {
-        for floor in [0.0, 0.7] {
-            for margin in [0.0, 0.05, 0.1] {
+    for budget in [0.0, 0.05, 0.06, 0.07, 0.075, 0.08, 0.085, 0.09, 0.1] {
+        for floor in [0.5, 0.7] {
+            for burst in [true, false] {
                 let defaults = Policy::default();
                 let policy = Policy {
-                    cpu_starvation_weight: weight,
+                    cpu_starvation_budget: budget,
                     cpu_percentiles: (
                         floor,
                         defaults.cpu_percentiles.1,
                         defaults.cpu_percentiles.2,
                     ),
-                    cpu_margin: margin,
+                    cpu_burst: if burst { defaults.cpu_burst } else { None },
                     ..defaults
                 };
                 let mut total = Score::default();
-                for c in containers {
-                    let rec = train_policy(&policy, seen(c), split);
+                let recs = fleets(containers, &policy, split, seen);
+                for (c, rec) in containers.iter().zip(recs) {
                     total.add(&score(rec, observed(c), step));
                 }
                 println!(
-                    "{weight:>7.1} {floor:>6.2} {margin:>7.2} {:>8.3}x {:>8.3}x {:>8.3}% {:>8.3}%{}",
+                    "{budget:>7.3} {floor:>6.2} {burst:>6} {:>8.3}x {:>8.3}x {:>8.3}% {:>8.3}%{}",
                     total.waste_core_hours / vpa.waste_core_hours,
                     total.waste_gib_hours / vpa.waste_gib_hours,
                     100.0 * total.memory_risk(),

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::baselines::{Vpa, krr};
 use super::policy::Policy;
-use super::recommender::{ContainerHistory, Context, Requests, recommend};
+use super::recommender::{ContainerHistory, Context, Requests, cpu_starvation_price, recommend};
 
 const GIB: f64 = (1u64 << 30) as f64;
 /// Memory risk is counted per window of this many seconds.
@@ -112,6 +112,28 @@ pub fn train(algorithm: Algorithm, train: Samples<'_>, now: i64) -> Sized {
 /// Trains Tailor's recommender with `policy`, starting from the deployed requests, and
 /// returns the recommendation it reports at `now`.
 pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
+    let h = history_of(policy, train);
+    recommend_from(&h, policy, train.requests, &Context::default(), now)
+}
+
+/// Trains Tailor's recommender with `policy` on a fleet of containers sized together (the
+/// CPU starvation price solved over all of them, [`cpu_starvation_price`]) and returns
+/// each one's recommendation at `now`, in order.
+pub fn train_fleet(policy: &Policy, fleet: &[Samples<'_>], now: i64) -> Vec<Sized> {
+    let histories: Vec<ContainerHistory> = fleet.iter().map(|s| history_of(policy, *s)).collect();
+    let context = Context {
+        cpu_starvation_price: cpu_starvation_price(&histories, policy),
+        ..Context::default()
+    };
+    histories
+        .iter()
+        .zip(fleet)
+        .map(|(h, s)| recommend_from(h, policy, s.requests, &context, now))
+        .collect()
+}
+
+/// Tailor's history of a container, built from `train`.
+pub fn history_of(policy: &Policy, train: Samples<'_>) -> ContainerHistory {
     let start = train.cpu.first().map_or(0, |s| s.0);
     let mut h = ContainerHistory::new(policy, start);
     let mut throttled = train.throttled.iter().peekable();
@@ -128,13 +150,24 @@ pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
     for (t, v) in train.memory {
         h.add_memory(*t, *v);
     }
+    h
+}
+
+/// Tailor's recommendation at `now` from a history, starting from the deployed requests.
+pub fn recommend_from(
+    h: &ContainerHistory,
+    policy: &Policy,
+    requests: (f64, f64),
+    context: &Context,
+    now: i64,
+) -> Sized {
     let current = Requests {
-        cpu: Some((train.requests.0 * 1000.0).ceil() as i64),
-        memory: Some(train.requests.1.ceil() as i64),
+        cpu: Some((requests.0 * 1000.0).ceil() as i64),
+        memory: Some(requests.1.ceil() as i64),
         cpu_limit: None,
         memory_limit: None,
     };
-    let r = recommend(&h, current, policy, &Context::default(), now);
+    let r = recommend(h, current, policy, context, now);
     Sized {
         cpu: r.recommended.cpu.unwrap_or(0) as f64 / 1000.0,
         memory: r.recommended.memory.unwrap_or(0) as f64,

@@ -277,53 +277,72 @@ impl DecayingHistogram {
         (below / self.total).min(1.0)
     }
 
-    /// The level `r` (a bucket's upper edge) that minimises
-    /// `waste(r) / mean + starvation_weight * above(r)`: `waste(r)` is the decayed mean of
-    /// `(r - sample)+` (what a request of `r` reserves and the samples leave unused),
-    /// `above(r)` the decayed share of samples above `r`, and `mean` the samples' mean, so
-    /// the trade is the same for a 10m and a 10-core container. The optimum sits where
-    /// raising `r` by a little wastes as much as it saves in starved samples: high on a
-    /// smooth distribution whose top is dense (covering it costs little), low on a bursty
-    /// one whose rare bursts lie far above the body (covering them would reserve the gap
-    /// all day). Samples stand at their bucket's geometric centre. `None` when empty.
-    pub fn level_minimising_waste_and_starvation(&self, starvation_weight: f64) -> Option<f64> {
+    /// The candidate levels of the trade between waste and starvation: the upper edge of
+    /// each bucket that holds samples (between samples the waste grows while the
+    /// starvation stays), with `waste`, the decayed mean of `(level - sample)+` (what a
+    /// request of `level` reserves and the samples leave unused), and `above`, the decayed
+    /// share of samples above it. Samples stand at their bucket's geometric centre. Empty
+    /// when the histogram is.
+    pub fn trade_points(&self) -> Vec<TradePoint> {
+        let mut points = Vec::new();
         if self.is_empty() {
-            return None;
+            return points;
         }
         let centre = |i: usize| self.buckets.upper(i) / self.buckets.ratio.sqrt();
-        let mean = self
-            .weights
-            .iter()
-            .enumerate()
-            .map(|(i, w)| w * centre(i))
-            .sum::<f64>()
-            / self.total;
-        if mean <= 0.0 {
-            return None;
-        }
         let mut below = 0.0;
         let mut below_sum = 0.0;
-        let mut best: Option<(f64, f64)> = None;
         for (i, w) in self.weights.iter().enumerate() {
             below += w;
             below_sum += w * centre(i);
             if *w <= 0.0 {
-                // Only edges just above a sample are candidates: between samples the
-                // waste grows while the starvation stays.
                 continue;
             }
             let level = self.buckets.upper(i);
-            let waste = (level * below - below_sum) / self.total;
-            let above = ((self.total - below) / self.total).max(0.0);
-            let cost = waste / mean + starvation_weight * above;
-            if best.is_none_or(|(c, _)| cost < c) {
-                best = Some((cost, level));
-            }
+            points.push(TradePoint {
+                level,
+                waste: ((level * below - below_sum) / self.total).max(0.0),
+                above: ((self.total - below) / self.total).max(0.0),
+            });
             if below >= self.total {
                 break;
             }
         }
-        best.map(|(_, level)| level)
+        points
+    }
+
+    /// The decayed mean of the samples (at their buckets' geometric centres); `None` when
+    /// empty.
+    pub fn mean(&self) -> Option<f64> {
+        if self.is_empty() {
+            return None;
+        }
+        let centre = |i: usize| self.buckets.upper(i) / self.buckets.ratio.sqrt();
+        let sum: f64 = self
+            .weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| w * centre(i))
+            .sum();
+        Some(sum / self.total)
+    }
+
+    /// The level `r` (a bucket's upper edge) that minimises
+    /// `waste(r) / mean + starvation_weight * above(r)` over the [`Self::trade_points`],
+    /// `mean` being the samples' mean, so the trade is the same for a 10m and a 10-core
+    /// container. The optimum sits where raising `r` by a little wastes as much as it
+    /// saves in starved samples: high on a smooth distribution whose top is dense
+    /// (covering it costs little), low on a bursty one whose rare bursts lie far above the
+    /// body (covering them would reserve the gap all day). `None` when empty.
+    pub fn level_minimising_waste_and_starvation(&self, starvation_weight: f64) -> Option<f64> {
+        let mean = self.mean().filter(|m| *m > 0.0)?;
+        cheapest(&self.trade_points(), starvation_weight * mean)
+    }
+
+    /// The level minimising `waste(r) + price * above(r)`, waste in the samples' own unit:
+    /// one price trades waste for starvation alike in every container it is given to, so
+    /// across a fleet the starved samples go where they spare the most.
+    pub fn level_minimising_waste_at_price(&self, price: f64) -> Option<f64> {
+        cheapest(&self.trade_points(), price)
     }
 
     /// Merges another histogram with the same layout and half-life (e.g. two replicas of
@@ -338,6 +357,30 @@ impl DecayingHistogram {
         }
         self.total += other.total;
     }
+}
+
+/// A candidate request level with what it wastes and starves (see
+/// [`DecayingHistogram::trade_points`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TradePoint {
+    /// The level, in the samples' unit.
+    pub level: f64,
+    /// The decayed mean of `(level - sample)+`.
+    pub waste: f64,
+    /// The decayed share of samples above the level.
+    pub above: f64,
+}
+
+/// The level of the point minimising `waste + price * above` (the lowest on a tie).
+pub fn cheapest(points: &[TradePoint], price: f64) -> Option<f64> {
+    let mut best: Option<(f64, f64)> = None;
+    for p in points {
+        let cost = p.waste + price * p.above;
+        if best.is_none_or(|(c, _)| cost < c) {
+            best = Some((cost, p.level));
+        }
+    }
+    best.map(|(_, level)| level)
 }
 
 #[cfg(test)]

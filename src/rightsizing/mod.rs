@@ -15,5 +15,6 @@ pub mod service;
 pub use histogram::{Buckets, DecayingHistogram};
 pub use policy::{Policy, PolicyError};
 pub use recommender::{
-    ContainerHistory, ContainerRecommendation, Context, Prices, Requests, recommend,
+    ContainerHistory, ContainerRecommendation, Context, Prices, Requests, cpu_starvation_price,
+    recommend,
 };

@@ -15,6 +15,10 @@ pub const MAX_PEAK_DAYS: u32 = 14;
 /// starves 7.8% at 0.66x VPA's CPU waste (on the held-out seeds 7.4% and 0.74x).
 pub const DEFAULT_CPU_STARVATION_WEIGHT: f64 = 1.75;
 
+/// The share of CPU samples the containers of one policy, sized together, may leave above
+/// their requests in their own history ([`Policy::cpu_starvation_budget`]).
+pub const DEFAULT_CPU_STARVATION_BUDGET: f64 = 0.07;
+
 /// Why a policy cannot be used, naming the field and value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rightsizing policy: {field}: {message}")]
@@ -49,6 +53,10 @@ pub struct Policy {
     /// How much a starved share of samples weighs against waste when CPU is sized (see
     /// [`DEFAULT_CPU_STARVATION_WEIGHT`]); 0 sizes CPU by the percentile alone.
     pub cpu_starvation_weight: f64,
+    /// The share of CPU samples a fleet's requests may leave above them, in the fleet's
+    /// own history, where the containers of one policy are sized together
+    /// ([`crate::rightsizing::cpu_starvation_price`]); 0 sizes each by the weight alone.
+    pub cpu_starvation_budget: f64,
     /// Project rising daily memory peaks a day ahead.
     pub memory_trend: bool,
     /// Memory covers at least the highest daily peak of this many recent days (0: off).
@@ -98,6 +106,7 @@ impl Default for Policy {
             cpu_burst: Some((0.99, 2.0)),
             cpu_burst_cap: 2.0,
             cpu_starvation_weight: DEFAULT_CPU_STARVATION_WEIGHT,
+            cpu_starvation_budget: DEFAULT_CPU_STARVATION_BUDGET,
             memory_trend: false,
             memory_peak_days: 7,
             cpu_bounds: (None, None),
@@ -161,6 +170,7 @@ impl Policy {
             cpu_burst: None,
             cpu_burst_cap: 0.0,
             cpu_starvation_weight: 0.0,
+            cpu_starvation_budget: 0.0,
             memory_trend: false,
             memory_peak_days: 0,
             ..Policy::default()
@@ -200,6 +210,7 @@ impl Policy {
                 .map(|p| (p, spec.cpu.burst_headroom.max(1.0))),
             cpu_burst_cap: spec.cpu.burst_max_raise.max(0.0),
             cpu_starvation_weight: DEFAULT_CPU_STARVATION_WEIGHT,
+            cpu_starvation_budget: DEFAULT_CPU_STARVATION_BUDGET,
             memory_trend: spec.memory.trend,
             memory_peak_days: spec.memory.peak_days.min(MAX_PEAK_DAYS),
             cpu_bounds: (

@@ -291,6 +291,11 @@ impl ContainerHistory {
         }
     }
 
+    /// The decayed share of CPU samples above `cores`.
+    pub fn cpu_share_above(&self, cores: f64) -> f64 {
+        1.0 - self.cpu.share_at_or_below(cores)
+    }
+
     /// Seconds between the first and the last sample.
     pub fn span_seconds(&self) -> i64 {
         match (self.first, self.last) {
@@ -413,6 +418,9 @@ pub struct Context {
     pub largest_node: Option<(i64, i64)>,
     /// USD per core-hour and per GiB-hour of requested capacity.
     pub prices: Prices,
+    /// The cores of waste one whole share of starved CPU samples is worth, the same for
+    /// every container of a fleet; `None` uses the policy's starvation weight.
+    pub cpu_starvation_price: Option<f64>,
 }
 
 /// What a core and a GiB of requests cost per hour, from the catalog.
@@ -510,6 +518,127 @@ impl Sized {
     }
 }
 
+/// What a container's CPU request is sized from besides the trade level: the policy's
+/// percentile and the burst guard's percentile within its headroom (cores).
+#[derive(Debug, Clone, Copy)]
+struct CpuBasis {
+    percentile: f64,
+    burst: f64,
+}
+
+impl CpuBasis {
+    fn of(history: &ContainerHistory, policy: &Policy) -> CpuBasis {
+        CpuBasis {
+            percentile: history
+                .cpu
+                .percentile(policy.cpu_percentiles.0)
+                .unwrap_or(0.0),
+            burst: policy.cpu_burst.map_or(0.0, |(bp, headroom)| {
+                history.cpu.percentile(bp).unwrap_or(0.0) / headroom
+            }),
+        }
+    }
+
+    /// The body (the percentile, raised to the trade level) and the burst guard, cores.
+    fn body_and_burst(&self, level: Option<f64>, policy: &Policy) -> (f64, f64) {
+        let body = level.map_or(self.percentile, |l| l.max(self.percentile));
+        // Bursts: the request covers the burst percentile within the burst headroom.
+        // Covering a burst is worth it while it raises the request moderately; a rare
+        // burst far above the body (a batch spike) is left to the node's slack.
+        let burst = if policy.cpu_burst_cap > 0.0 && self.burst > body * policy.cpu_burst_cap {
+            body
+        } else {
+            self.burst
+        };
+        (body, burst)
+    }
+
+    /// The CPU target before bounds, cores.
+    fn target(&self, level: Option<f64>, policy: &Policy) -> f64 {
+        let (body, burst) = self.body_and_burst(level, policy);
+        body.max(burst) * (1.0 + policy.cpu_margin)
+    }
+}
+
+/// The starvation price (cores of waste one whole share of starved samples is worth) at
+/// which the CPU targets of `histories`, all under `policy`, starve
+/// `policy.cpu_starvation_budget` of the fleet's samples in their own history (each
+/// container weighing by its samples): the lowest such price, so the fleet reserves as
+/// little as the budget allows, and its starved samples fall where sparing them would
+/// reserve the most cores. The same price in every container is the optimum for the
+/// fleet's totals: a relative weight per container spends the budget where it saves
+/// little. `None` when the policy sets no budget or no history has CPU samples; the
+/// highest price tried when even that starves more than the budget (the floors of the
+/// percentile and the burst guard bind first).
+pub fn cpu_starvation_price<'a>(
+    histories: impl IntoIterator<Item = &'a ContainerHistory>,
+    policy: &Policy,
+) -> Option<f64> {
+    let budget = policy.cpu_starvation_budget;
+    if !policy.cpu || budget <= 0.0 {
+        return None;
+    }
+    struct Member<'a> {
+        history: &'a ContainerHistory,
+        points: Vec<super::histogram::TradePoint>,
+        basis: CpuBasis,
+        weight: f64,
+    }
+    let mut members = Vec::new();
+    let (mut smallest, mut largest) = (f64::INFINITY, 0.0f64);
+    for history in histories {
+        let Some(mean) = history.cpu.mean().filter(|m| *m > 0.0) else {
+            continue;
+        };
+        smallest = smallest.min(mean);
+        largest = largest.max(mean);
+        members.push(Member {
+            history,
+            points: history.cpu.trade_points(),
+            basis: CpuBasis::of(history, policy),
+            weight: history.samples.max(1) as f64,
+        });
+    }
+    if members.is_empty() {
+        return None;
+    }
+    let total: f64 = members.iter().map(|m| m.weight).sum();
+    let starved = |price: f64| {
+        members
+            .iter()
+            .map(|m| {
+                let level = super::histogram::cheapest(&m.points, price);
+                m.weight * m.history.cpu_share_above(m.basis.target(level, policy))
+            })
+            .sum::<f64>()
+            / total
+    };
+    // A price of a thousandth of the smallest mean buys no coverage; a thousand times the
+    // largest covers every sample any container has.
+    let (mut lo, mut hi) = (smallest * 1e-3, largest * 1e3);
+    if starved(lo) <= budget {
+        return Some(lo);
+    }
+    if starved(hi) > budget {
+        return Some(hi);
+    }
+    // The starved share falls as the price rises (a higher price never lowers a level):
+    // halve the ratio between a price starving too much and one within the budget.
+    for _ in 0..PRICE_STEPS {
+        let mid = (lo * hi).sqrt();
+        if starved(mid) > budget {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(hi)
+}
+
+/// Bisection steps of [`cpu_starvation_price`]: the price is found within a factor of
+/// `(1e6 * largest / smallest)^(2^-30)`, far finer than the buckets' 5%.
+const PRICE_STEPS: usize = 30;
+
 /// Builds the recommendation for a container at `now`.
 pub fn recommend(
     history: &ContainerHistory,
@@ -547,13 +676,18 @@ pub fn recommend(
 
     // CPU.
     let cpu = if policy.cpu && !history.cpu.is_empty() {
-        let (p, lo, hi) = policy.cpu_percentiles;
-        let mut body = history.cpu.percentile(p).unwrap_or(0.0);
-        if policy.cpu_starvation_weight > 0.0
-            && let Some(level) = history
+        let (_, lo, hi) = policy.cpu_percentiles;
+        let basis = CpuBasis::of(history, policy);
+        let level = match context.cpu_starvation_price {
+            Some(price) => history.cpu.level_minimising_waste_at_price(price),
+            None if policy.cpu_starvation_weight > 0.0 => history
                 .cpu
-                .level_minimising_waste_and_starvation(policy.cpu_starvation_weight)
-            && level > body
+                .level_minimising_waste_and_starvation(policy.cpu_starvation_weight),
+            None => None,
+        };
+        let (body, burst) = basis.body_and_burst(level, policy);
+        if let Some(level) = level
+            && body > basis.percentile
         {
             // Where the usage's top is dense (smooth daily or weekly cycles), covering it
             // costs little: the request rises to where more would only add waste.
@@ -562,19 +696,7 @@ pub fn recommend(
                 format_milli((level * 1000.0).ceil() as i64),
                 100.0 * history.cpu.share_at_or_below(level)
             ));
-            body = level;
         }
-        // Bursts: the request covers the burst percentile within the burst headroom.
-        let burst = policy.cpu_burst.map_or(0.0, |(bp, headroom)| {
-            history.cpu.percentile(bp).unwrap_or(0.0) / headroom
-        });
-        // Covering a burst is worth it while it raises the request moderately; a rare
-        // burst far above the body (a batch spike) is left to the node's slack.
-        let burst = if policy.cpu_burst_cap > 0.0 && burst > body * policy.cpu_burst_cap {
-            body
-        } else {
-            burst
-        };
         let target = body.max(burst) * margin * 1000.0;
         let lower = history.cpu.percentile(lo).unwrap_or(0.0) * margin * 1000.0 * lower_narrow;
         let upper = history.cpu.percentile(hi).unwrap_or(0.0) * margin * 1000.0 * upper_widen;
@@ -907,11 +1029,10 @@ mod tests {
     const DAY: i64 = 86_400;
     const MIB: i64 = 1 << 20;
 
-    /// The default policy without the maximum step and with CPU sized by the percentile
-    /// alone, so the numbers below are easy to follow; the starvation weight has its own
-    /// tests.
-    /// The default policy with a 10% CPU margin (the default has none), so that the tests
-    /// can tell the margin's share of a request from the level under it.
+    /// The default policy without the maximum step, with CPU sized by the percentile alone
+    /// (the starvation weight and budget have their own tests) and a 10% CPU margin (the
+    /// default has none), so that the tests can tell the margin's share of a request from
+    /// the level under it.
     fn policy() -> Policy {
         Policy {
             max_step: 0.0,
@@ -1712,5 +1833,114 @@ mod tests {
         let p = Prices::from_instance_types(&types);
         assert!((0.005..0.05).contains(&p.per_core_hour), "{p:?}");
         assert!((0.0005..0.01).contains(&p.per_gib_hour), "{p:?}");
+    }
+
+    #[test]
+    fn one_starvation_price_spends_the_fleet_budget_where_it_spares_the_most_cores() {
+        let policy = Policy {
+            max_step: 0.0,
+            cpu_burst: None,
+            ..Policy::default()
+        };
+        // The same noisy daily cycle at three scales: about 100m, 1 core and 10 cores at
+        // the top.
+        let fleet: Vec<ContainerHistory> = [0.1, 1.0, 10.0]
+            .iter()
+            .map(|&peak| {
+                let mut h = ContainerHistory::new(&policy, 0);
+                let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+                for m in 0..7 * 1440 {
+                    seed = seed
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let noise = (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+                    let angle = 2.0 * std::f64::consts::PI * (m % 1440) as f64 / 1440.0;
+                    let load = 0.75 + 0.25 * angle.sin();
+                    h.add_cpu(m * 60, peak * load * (1.0 + 0.3 * noise));
+                }
+                h
+            })
+            .collect();
+        let price = cpu_starvation_price(&fleet, &policy).expect("a fleet with CPU samples");
+        let unset = Requests {
+            cpu: None,
+            memory: None,
+            cpu_limit: None,
+            memory_limit: None,
+        };
+        let shares = |price: f64| -> Vec<f64> {
+            let context = Context {
+                cpu_starvation_price: Some(price),
+                ..Context::default()
+            };
+            fleet
+                .iter()
+                .map(|h| {
+                    let r = recommend(h, unset, &policy, &context, 7 * DAY);
+                    h.cpu_share_above(r.recommended.cpu.expect("cpu") as f64 / 1000.0)
+                })
+                .collect()
+        };
+        let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len() as f64;
+        let budget = policy.cpu_starvation_budget;
+        let at_price = shares(price);
+        // The fleet's starved share is within the budget, and a lower price exceeds it.
+        assert!(mean(at_price.clone()) <= budget, "{at_price:?}");
+        assert!(mean(shares(price * 0.98)) > budget);
+        // The starved samples fall on the largest container, where covering them would
+        // reserve the most cores; the weight relative to each one's mean would starve all
+        // three alike.
+        assert!(at_price[2] > budget, "{at_price:?}");
+        assert!(
+            at_price[0] < at_price[1] && at_price[1] < at_price[2],
+            "{at_price:?}"
+        );
+        let relative: Vec<f64> = fleet
+            .iter()
+            .map(|h| {
+                let r = recommend(h, unset, &policy, &Context::default(), 7 * DAY);
+                h.cpu_share_above(r.recommended.cpu.expect("cpu") as f64 / 1000.0)
+            })
+            .collect();
+        assert!(
+            (relative[0] - relative[2]).abs() < 0.02,
+            "the relative weight starves scaled copies alike: {relative:?}"
+        );
+    }
+
+    #[test]
+    fn no_starvation_price_without_a_budget_or_cpu_samples() {
+        let fleet = [cpu_history(2, 0.5, 1.0, None)];
+        let off = Policy {
+            cpu_starvation_budget: 0.0,
+            ..Policy::default()
+        };
+        assert_eq!(cpu_starvation_price(&fleet, &off), None);
+        let empty: [ContainerHistory; 0] = [];
+        assert_eq!(cpu_starvation_price(&empty, &Policy::default()), None);
+        // A budget no level can meet (the percentile floor starves 30%) prices at the top.
+        let tight = Policy {
+            cpu_starvation_budget: 1e-9,
+            cpu_percentiles: (0.7, 0.5, 0.95),
+            ..Policy::default()
+        };
+        let price = cpu_starvation_price(&fleet, &tight).expect("a price");
+        let context = Context {
+            cpu_starvation_price: Some(price),
+            ..Context::default()
+        };
+        let r = recommend(
+            &fleet[0],
+            Requests {
+                cpu: None,
+                memory: None,
+                cpu_limit: None,
+                memory_limit: None,
+            },
+            &tight,
+            &context,
+            2 * DAY,
+        );
+        assert!(fleet[0].cpu_share_above(r.recommended.cpu.expect("cpu") as f64 / 1000.0) < 0.01);
     }
 }

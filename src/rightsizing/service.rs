@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{ContainerRecommendation, Context, Policy, Prices, Requests, recommend};
 use crate::apis::rightsizingpolicy::DEFAULT_POLICY_NAME;
-use crate::apis::{Mode, RightsizingPolicy};
+use crate::apis::{HpaPolicy, Mode, RightsizingPolicy};
 use crate::model::quantity;
 use crate::scheduling::pod::{Selector, selector};
 use crate::state::Snapshot;
@@ -634,6 +634,20 @@ pub async fn recommend_workloads<S: UsageSource>(
                 )
             })
             .collect();
+        // The containers this policy sizes are sized together: one starvation price for
+        // all, so the budget's starved samples go where they spare the most cores.
+        // Containers whose CPU an HPA scales on keep their request and are left out.
+        let cpu_starvation_price = super::cpu_starvation_price(
+            pooled
+                .iter()
+                .filter(|((w, container), _)| {
+                    member_set.contains(w)
+                        && workloads.container(w, container).is_some()
+                        && !(policy.hpa == HpaPolicy::Skip && hpa_resources(snapshot, w).0)
+                })
+                .map(|(_, p)| &p.history),
+            policy,
+        );
         for ((w, container), pooled) in &pooled {
             // Usage of a workload another read covers is that read's.
             if !member_set.contains(w) {
@@ -649,6 +663,7 @@ pub async fn recommend_workloads<S: UsageSource>(
                 hpa_on_memory,
                 largest_node,
                 prices,
+                cpu_starvation_price,
             };
             let recommendation =
                 recommend(&pooled.history, current_requests(c), policy, &context, now);

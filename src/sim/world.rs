@@ -1050,6 +1050,9 @@ impl World<'_> {
     /// where their node has room.
     fn rightsize(&mut self) -> usize {
         let started = std::time::Instant::now();
+        // The workloads are sized together, as the agent sizes the containers of one policy.
+        self.context.cpu_starvation_price =
+            crate::rightsizing::cpu_starvation_price(&self.histories, &self.settings.policy);
         let mut changed = 0;
         let mut available = 0.0;
         for w in 0..self.scenario.workloads.len() {
