@@ -144,6 +144,7 @@ fn autonomous(overrides: &[(String, String)]) -> RunSettings {
             "rightsizing-every" => s.rightsizing_every = number() as i64,
             "memory-margin" => s.policy.memory_margin = number(),
             "cpu-margin" => s.policy.cpu_margin = number(),
+            "starvation-budget" => s.policy.cpu_starvation_budget = number(),
             "max-step" => s.policy.max_step = number(),
             "min-change" => s.policy.min_change = number(),
             "limits" => {
