@@ -553,10 +553,16 @@ impl CpuBasis {
         (body, burst)
     }
 
-    /// The CPU target before bounds, cores.
+    /// The CPU request within the policy's floor and ceiling, cores, as [`recommend`] sets
+    /// it before the largest node's ceiling.
     fn target(&self, level: Option<f64>, policy: &Policy) -> f64 {
         let (body, burst) = self.body_and_burst(level, policy);
-        body.max(burst) * (1.0 + policy.cpu_margin)
+        let (floor, ceiling) = policy.cpu_bounds;
+        clamp_opt(
+            body.max(burst) * (1.0 + policy.cpu_margin) * 1000.0,
+            floor,
+            ceiling,
+        ) / 1000.0
     }
 }
 
@@ -1942,5 +1948,22 @@ mod tests {
             2 * DAY,
         );
         assert!(fleet[0].cpu_share_above(r.recommended.cpu.expect("cpu") as f64 / 1000.0) < 0.01);
+    }
+
+    #[test]
+    fn the_starvation_price_counts_what_a_policy_ceiling_starves() {
+        // A daily cycle between 0.5 and 1 core; a ceiling of 600m starves most of it.
+        let fleet = [cpu_history(2, 0.5, 1.0, None)];
+        let open = Policy::default();
+        let capped = Policy {
+            cpu_bounds: (None, Some(600)),
+            ..Policy::default()
+        };
+        let free = cpu_starvation_price(&fleet, &open).expect("a price");
+        let forced = cpu_starvation_price(&fleet, &capped).expect("a price");
+        // Without the ceiling the budget is met at a moderate price; with it no level can
+        // meet it, and the price is the highest tried, not one the ceiling undoes.
+        assert!(fleet[0].cpu_share_above(0.6) > 0.5);
+        assert!(forced > 100.0 * free, "{forced} vs {free}");
     }
 }
