@@ -371,6 +371,18 @@ pub struct TradePoint {
     pub above: f64,
 }
 
+/// The share of samples above `level`, read from a histogram's [`DecayingHistogram::trade_points`]:
+/// the `above` of the highest point at or below `level`, 1 below the lowest point, as
+/// [`DecayingHistogram::share_at_or_below`] gives it from the buckets but by a binary
+/// search (the fleet's starvation price asks it of every container at every step).
+pub fn share_above(points: &[TradePoint], level: f64) -> f64 {
+    let at_or_below = points.partition_point(|p| p.level <= level * (1.0 + 1e-12));
+    match at_or_below.checked_sub(1) {
+        Some(i) => points[i].above,
+        None => 1.0,
+    }
+}
+
 /// The level of the point minimising `waste + price * above` (the lowest on a tie).
 pub fn cheapest(points: &[TradePoint], price: f64) -> Option<f64> {
     let mut best: Option<(f64, f64)> = None;
@@ -502,6 +514,34 @@ mod tests {
         a.merge(&b);
         assert!(a.percentile(1.0).expect("not empty") >= 2.0);
         assert!(a.percentile(0.4).expect("not empty") < 1.1);
+    }
+
+    #[test]
+    fn the_share_above_from_trade_points_is_the_buckets_share() {
+        let mut h = DecayingHistogram::new(Buckets::CPU, DAY as f64, 0);
+        for m in 0..600 {
+            // Three clusters with gaps between them, and decay across the span.
+            let v = [0.05, 0.4, 2.5][m % 3] * (1.0 + 0.01 * (m % 7) as f64);
+            h.add(v, 1.0, m as i64 * 600);
+        }
+        let points = h.trade_points();
+        assert!(points.len() > 3);
+        let mut levels: Vec<f64> = points.iter().map(|p| p.level).collect();
+        levels.extend([0.0, 0.001, 0.03, 0.2, 1.0, 2.0, 3.0, 100.0]);
+        levels.extend(points.iter().map(|p| p.level * 0.999));
+        let mut seen = Vec::new();
+        for level in levels {
+            let want = 1.0 - h.share_at_or_below(level);
+            let got = share_above(&points, level);
+            assert!((got - want).abs() < 1e-9, "at {level}: {got} vs {want}");
+            seen.push(got);
+        }
+        // Below every sample all are above; above every sample none; a third above 1 core.
+        assert_eq!(share_above(&points, 0.0), 1.0);
+        assert!(share_above(&points, 100.0) < 1e-12);
+        let above_one = share_above(&points, 1.0);
+        assert!((0.2..0.5).contains(&above_one), "{above_one}");
+        assert!(seen.iter().any(|s| *s > 0.0 && *s < 1.0));
     }
 
     #[test]

@@ -584,8 +584,7 @@ pub fn cpu_starvation_price<'a>(
     if !policy.cpu || budget <= 0.0 {
         return None;
     }
-    struct Member<'a> {
-        history: &'a ContainerHistory,
+    struct Member {
         points: Vec<super::histogram::TradePoint>,
         basis: CpuBasis,
         weight: f64,
@@ -599,7 +598,6 @@ pub fn cpu_starvation_price<'a>(
         smallest = smallest.min(mean);
         largest = largest.max(mean);
         members.push(Member {
-            history,
             points: history.cpu.trade_points(),
             basis: CpuBasis::of(history, policy),
             weight: history.samples.max(1) as f64,
@@ -614,7 +612,7 @@ pub fn cpu_starvation_price<'a>(
             .iter()
             .map(|m| {
                 let level = super::histogram::cheapest(&m.points, price);
-                m.weight * m.history.cpu_share_above(m.basis.target(level, policy))
+                m.weight * super::histogram::share_above(&m.points, m.basis.target(level, policy))
             })
             .sum::<f64>()
             / total
