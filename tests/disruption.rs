@@ -647,8 +647,8 @@ mod controller {
     use k8s_openapi::api::core::v1::Taint;
     use tailor::catalog::{Catalog, CatalogOptions};
     use tailor::clock::{Clock, VirtualClock};
-    use tailor::cloud::CloudProvider;
     use tailor::cloud::sim::{SimSettings, SimulatedAzure};
+    use tailor::cloud::{CloudProvider, InstanceState};
     use tailor::disruption::controller::{ActError, Actuator, DISRUPTED_TAINT, Disrupter, Phase};
     use tailor::disruption::{self, Cluster, NodeMeta, Settings};
     use tailor::provisioning::Mode;
@@ -823,6 +823,55 @@ status: {phase: Running}
                 .iter()
                 .any(|i| i.claim == instance.claim)
         );
+    }
+
+    #[tokio::test]
+    async fn a_replacement_that_never_registers_is_given_up_after_its_ttl_and_nothing_is_drained() {
+        let yaml = format!(
+            "{POOL}{}{}{DAEMON}",
+            node("a", 10, ""),
+            pod("web-1", "a", "500m", "")
+        );
+        let (mut api, cloud, clock) = setup(&yaml);
+        let report = disruption::evaluate(&api.cluster, &Settings::default());
+        assert_eq!(report.decisions.len(), 1, "{report:#?}");
+        let mut d = Disrupter::new(
+            cloud.clone(),
+            Mode::Autonomous,
+            Settings::default(),
+            SignedDuration::from_secs(15),
+        )
+        .with_replacement_ttl(SignedDuration::from_mins(10));
+        d.submit(clock.now(), report.decisions);
+        clock.advance(Duration::from_secs(15));
+        let view = api.cluster.clone();
+        d.tick(clock.now(), &view, &mut api).await;
+        assert_eq!(d.commands()[0].phase, Phase::Launching);
+        let instance = d.commands()[0].launched[0].clone();
+        // The VM runs, but its node never registers.
+        for _ in 0..9 {
+            clock.advance(Duration::from_secs(60));
+            let view = api.cluster.clone();
+            d.tick(clock.now(), &view, &mut api).await;
+            assert_eq!(d.commands()[0].phase, Phase::Launching);
+            assert!(d.busy());
+        }
+        clock.advance(Duration::from_secs(60));
+        let view = api.cluster.clone();
+        d.tick(clock.now(), &view, &mut api).await;
+        match &d.commands()[0].phase {
+            Phase::Aborted(why) => assert!(why.contains("not initialized after 10m"), "{why}"),
+            other => panic!("expected the command undone, got {other:?}"),
+        }
+        assert!(!d.busy(), "a later decision is not blocked behind it");
+        assert!(api.log.is_empty(), "nothing tainted, evicted or deleted");
+        let left = cloud.get(&instance.provider_id).await.expect("known");
+        assert_eq!(
+            left.state,
+            InstanceState::Terminating,
+            "the replacement VM goes"
+        );
+        assert_eq!(api.cluster.input.nodes.len(), 1, "the old node stays");
     }
 
     #[tokio::test]

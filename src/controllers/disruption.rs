@@ -12,6 +12,9 @@
 //! 4. a command whose replacements are missing, or not ready within the registration TTL,
 //!    is undone: the taint and annotations are removed, unfinished replacements deleted.
 //!
+//! When to finish or undo is [`crate::disruption::controller::progress`], which the
+//! simulator's `Disrupter` applies to its commands too.
+//!
 //! For a NodePool in recommend-only mode the decision is published as an Event on the pool
 //! with its saving in $/hour, counted in the decision metrics, and nothing is touched.
 
@@ -29,6 +32,7 @@ use super::{Context, reference};
 use crate::apis::nodeclaim::condition;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::cloud::CloudProvider;
+use crate::disruption::controller::{InFlight, Progress, progress};
 use crate::disruption::{self, Decision};
 use crate::provisioning::Mode;
 use crate::state::Snapshot;
@@ -39,9 +43,6 @@ pub const VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(15);
 const INTERVAL: Duration = Duration::from_secs(5);
 /// A recommend-only decision is reported again after this long, not on every pass.
 const REPORT_AGAIN: SignedDuration = SignedDuration::from_mins(10);
-/// A command that made no replacement after this long is abandoned (its creator crashed
-/// between marking the old nodes and creating replacements).
-const ORPHANED_COMMAND: SignedDuration = SignedDuration::from_secs(60);
 
 /// Annotation on the NodeClaims a command disrupts, and on its replacements: the command id.
 pub const COMMAND_ANNOTATION: &str = "tailor.sh/disruption-command";
@@ -51,57 +52,6 @@ pub const REPLACEMENTS_ANNOTATION: &str = "tailor.sh/disruption-replacements";
 pub const STARTED_ANNOTATION: &str = "tailor.sh/disruption-started";
 /// Annotation on a replacement NodeClaim: it replaces nodes of this command.
 pub const REPLACES_ANNOTATION: &str = "tailor.sh/replaces";
-
-/// A command in flight, as read back from the objects.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InFlight {
-    /// Command id.
-    pub id: String,
-    /// Old NodeClaims.
-    pub old: Vec<String>,
-    /// Replacements needed.
-    pub needed: usize,
-    /// Replacement NodeClaims (names) and whether each is initialized.
-    pub replacements: Vec<(String, bool)>,
-    /// When the command began (oldest marking).
-    pub started: Option<Timestamp>,
-}
-
-/// What to do with a command in flight.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Progress {
-    /// Replacements ready (or none needed): delete the old claims.
-    Finish,
-    /// Keep waiting.
-    Wait,
-    /// Give up and restore the old nodes.
-    Undo(String),
-}
-
-/// Decides the next step of a command in flight. Pure.
-pub fn progress(cmd: &InFlight, now: Timestamp, ttl: SignedDuration) -> Progress {
-    let age = cmd
-        .started
-        .map_or(SignedDuration::ZERO, |s| now.duration_since(s));
-    if cmd.replacements.len() < cmd.needed {
-        return if age >= ORPHANED_COMMAND {
-            Progress::Undo(format!(
-                "{} of {} replacement(s) exist after {age:#}",
-                cmd.replacements.len(),
-                cmd.needed
-            ))
-        } else {
-            Progress::Wait
-        };
-    }
-    if cmd.replacements.iter().all(|(_, ready)| *ready) {
-        return Progress::Finish;
-    }
-    if age >= ttl {
-        return Progress::Undo(format!("replacements not initialized after {age:#}"));
-    }
-    Progress::Wait
-}
 
 /// Commands in flight, read from the NodeClaims' annotations.
 pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
@@ -645,63 +595,5 @@ async fn advance<C: CloudProvider>(
             }
             Ok(())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).expect("valid")
-    }
-
-    fn cmd(needed: usize, replacements: &[bool]) -> InFlight {
-        InFlight {
-            id: "single-1".to_string(),
-            old: vec!["old".to_string()],
-            needed,
-            replacements: replacements
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (format!("r{i}"), *r))
-                .collect(),
-            started: Some(t(0)),
-        }
-    }
-
-    const TTL: SignedDuration = SignedDuration::from_mins(15);
-
-    #[test]
-    fn old_nodes_go_only_once_every_replacement_is_initialized() {
-        assert_eq!(
-            progress(&cmd(0, &[]), t(1), TTL),
-            Progress::Finish,
-            "a deletion needs none"
-        );
-        assert_eq!(progress(&cmd(1, &[false]), t(30), TTL), Progress::Wait);
-        assert_eq!(
-            progress(&cmd(2, &[true, false]), t(30), TTL),
-            Progress::Wait
-        );
-        assert_eq!(
-            progress(&cmd(2, &[true, true]), t(30), TTL),
-            Progress::Finish
-        );
-    }
-
-    #[test]
-    fn a_command_left_half_made_by_a_crash_is_undone() {
-        // Marked, but the replacement was never created: undone after a minute.
-        assert_eq!(progress(&cmd(1, &[]), t(30), TTL), Progress::Wait);
-        assert!(matches!(
-            progress(&cmd(1, &[]), t(61), TTL),
-            Progress::Undo(_)
-        ));
-        // Replacement never became ready: undone after the registration TTL.
-        assert!(matches!(
-            progress(&cmd(1, &[false]), t(15 * 60), TTL),
-            Progress::Undo(_)
-        ));
     }
 }

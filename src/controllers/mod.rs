@@ -98,7 +98,7 @@ impl Default for Settings {
             cluster_name: "tailor".to_string(),
             batch_idle: crate::provisioning::DEFAULT_IDLE_WINDOW,
             batch_max: crate::provisioning::DEFAULT_MAX_WINDOW,
-            registration_ttl: SignedDuration::from_mins(15),
+            registration_ttl: crate::disruption::controller::DEFAULT_REPLACEMENT_TTL,
             gc_grace: SignedDuration::from_secs(30),
             gc_interval: Duration::from_secs(30),
             prometheus: None,

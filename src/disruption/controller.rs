@@ -1,7 +1,9 @@
 //! Carrying out disruption decisions, safely: each decision waits out a validation delay
 //! and is checked again against the cluster as it is then; replacements are launched
 //! through the [`CloudProvider`] and must be running and registered before the old nodes
-//! are tainted; pods are evicted through the [`Actuator`] (which respects
+//! are tainted (when they are not within the replacement TTL, the command is undone and
+//! they are deleted: [`progress`], the same rule the agent's controller applies to its
+//! NodeClaims); pods are evicted through the [`Actuator`] (which respects
 //! PodDisruptionBudgets), DaemonSet pods last; then the VMs and Node objects are deleted.
 //! In recommend-only mode decisions are recorded with their savings and nothing is done.
 //!
@@ -22,6 +24,68 @@ pub const DEFAULT_VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(1
 
 /// The taint put on nodes being disrupted, so nothing new lands on them.
 pub const DISRUPTED_TAINT: &str = crate::apis::labels::DISRUPTED_TAINT_KEY;
+
+/// A command that made no replacement after this long is abandoned (its creator crashed
+/// between marking the old nodes and creating replacements).
+pub const ORPHANED_COMMAND: SignedDuration = SignedDuration::from_secs(60);
+
+/// A replacement that is not running and registered this long after its launch is given
+/// up on, and its command undone: the registration TTL of a NodeClaim.
+pub const DEFAULT_REPLACEMENT_TTL: SignedDuration = SignedDuration::from_mins(15);
+
+/// A command in flight: the nodes it disrupts and its replacements, as the agent reads
+/// them back from the NodeClaims' annotations and the [`Disrupter`] holds them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InFlight {
+    /// Command id.
+    pub id: String,
+    /// Old NodeClaims (nodes, in the simulator).
+    pub old: Vec<String>,
+    /// Replacements needed.
+    pub needed: usize,
+    /// Replacements (claim names) and whether each is initialized: running and registered.
+    pub replacements: Vec<(String, bool)>,
+    /// When the command began (oldest marking).
+    pub started: Option<Timestamp>,
+}
+
+/// What to do with a command in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// Replacements ready (or none needed): delete the old claims.
+    Finish,
+    /// Keep waiting.
+    Wait,
+    /// Give up and restore the old nodes.
+    Undo(String),
+}
+
+/// Decides the next step of a command in flight, for the agent's controller and the
+/// [`Disrupter`] alike: finish once every replacement is ready, undo when replacements are
+/// missing after [`ORPHANED_COMMAND`] or not ready within `ttl`. Pure.
+pub fn progress(cmd: &InFlight, now: Timestamp, ttl: SignedDuration) -> Progress {
+    let age = cmd
+        .started
+        .map_or(SignedDuration::ZERO, |s| now.duration_since(s));
+    if cmd.replacements.len() < cmd.needed {
+        return if age >= ORPHANED_COMMAND {
+            Progress::Undo(format!(
+                "{} of {} replacement(s) exist after {age:#}",
+                cmd.replacements.len(),
+                cmd.needed
+            ))
+        } else {
+            Progress::Wait
+        };
+    }
+    if cmd.replacements.iter().all(|(_, ready)| *ready) {
+        return Progress::Finish;
+    }
+    if age >= ttl {
+        return Progress::Undo(format!("replacements not initialized after {age:#}"));
+    }
+    Progress::Wait
+}
 
 /// Why an action on the cluster did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +141,8 @@ pub struct Command {
     pub phase: Phase,
     /// Replacements launched for it.
     pub launched: Vec<Instance>,
+    /// When its replacements were launched: the replacement TTL runs from here.
+    pub launched_at: Option<Timestamp>,
     /// Pods evicted so far.
     pub evicted: Vec<String>,
     /// What happened, with times.
@@ -96,6 +162,7 @@ pub struct Disrupter<C> {
     mode: Mode,
     settings: Settings,
     validation_delay: SignedDuration,
+    replacement_ttl: SignedDuration,
     commands: Vec<Command>,
     /// Decisions recorded in recommend-only mode.
     recommended: Vec<(Timestamp, Decision)>,
@@ -111,6 +178,7 @@ impl<C: CloudProvider> Disrupter<C> {
             mode,
             settings,
             validation_delay,
+            replacement_ttl: DEFAULT_REPLACEMENT_TTL,
             commands: Vec::new(),
             recommended: Vec::new(),
             metrics: None,
@@ -120,6 +188,13 @@ impl<C: CloudProvider> Disrupter<C> {
     /// Counts replacement launches in `metrics`' launch counter.
     pub fn with_metrics(mut self, metrics: Option<Metrics>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Gives replacements `ttl` to run and register before their command is undone
+    /// (default [`DEFAULT_REPLACEMENT_TTL`]).
+    pub fn with_replacement_ttl(mut self, ttl: SignedDuration) -> Self {
+        self.replacement_ttl = ttl;
         self
     }
 
@@ -171,6 +246,7 @@ impl<C: CloudProvider> Disrupter<C> {
                 decision,
                 phase: Phase::Validating { until },
                 launched: Vec::new(),
+                launched_at: None,
                 evicted: Vec::new(),
                 log: Vec::new(),
             };
@@ -245,18 +321,41 @@ impl<C: CloudProvider> Disrupter<C> {
                     }
                 }
             }
+            c.launched_at = Some(now);
             c.phase = Phase::Launching;
         }
         if c.phase == Phase::Launching {
+            let mut replacements = Vec::new();
             for l in &c.launched {
                 let running = matches!(
                     self.cloud.get(&l.provider_id).await,
                     Ok(i) if i.state == InstanceState::Running
                 );
                 let registered = cluster.input.nodes.iter().any(|n| n.name == l.claim);
-                if !running || !registered {
+                replacements.push((l.claim.clone(), running && registered));
+            }
+            let in_flight = InFlight {
+                id: c.decision.nodes.join(","),
+                old: c.decision.nodes.clone(),
+                needed: c.launched.len(),
+                replacements,
+                started: c.launched_at,
+            };
+            match progress(&in_flight, now, self.replacement_ttl) {
+                Progress::Wait => return,
+                Progress::Undo(why) => {
+                    // Nothing was tainted yet: the replacements that never came up go, the
+                    // ready ones stay as ordinary nodes (as the agent's controller does).
+                    for (l, (_, ready)) in c.launched.iter().zip(&in_flight.replacements) {
+                        if !ready && let Err(e) = self.cloud.delete(&l.provider_id).await {
+                            tracing::warn!(error = %e, "deleting a replacement that never came up failed");
+                        }
+                    }
+                    c.note(now, format!("undone: {why}"));
+                    c.phase = Phase::Aborted(why);
                     return;
                 }
+                Progress::Finish => {}
             }
             for node in &c.decision.nodes {
                 if let Err(e) = actuator.taint(node).await {
@@ -330,5 +429,63 @@ impl<C: CloudProvider> Disrupter<C> {
             );
             c.phase = Phase::Done;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).expect("valid")
+    }
+
+    fn cmd(needed: usize, replacements: &[bool]) -> InFlight {
+        InFlight {
+            id: "single-1".to_string(),
+            old: vec!["old".to_string()],
+            needed,
+            replacements: replacements
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("r{i}"), *r))
+                .collect(),
+            started: Some(t(0)),
+        }
+    }
+
+    const TTL: SignedDuration = SignedDuration::from_mins(15);
+
+    #[test]
+    fn old_nodes_go_only_once_every_replacement_is_initialized() {
+        assert_eq!(
+            progress(&cmd(0, &[]), t(1), TTL),
+            Progress::Finish,
+            "a deletion needs none"
+        );
+        assert_eq!(progress(&cmd(1, &[false]), t(30), TTL), Progress::Wait);
+        assert_eq!(
+            progress(&cmd(2, &[true, false]), t(30), TTL),
+            Progress::Wait
+        );
+        assert_eq!(
+            progress(&cmd(2, &[true, true]), t(30), TTL),
+            Progress::Finish
+        );
+    }
+
+    #[test]
+    fn a_command_left_half_made_by_a_crash_is_undone() {
+        // Marked, but the replacement was never created: undone after a minute.
+        assert_eq!(progress(&cmd(1, &[]), t(30), TTL), Progress::Wait);
+        assert!(matches!(
+            progress(&cmd(1, &[]), t(61), TTL),
+            Progress::Undo(_)
+        ));
+        // Replacement never became ready: undone after the registration TTL.
+        assert!(matches!(
+            progress(&cmd(1, &[false]), t(15 * 60), TTL),
+            Progress::Undo(_)
+        ));
     }
 }
