@@ -1489,3 +1489,144 @@ async fn capacity_is_bought_ahead_of_the_growth_yesterdays_cycle_expects_and_kep
         "no sample recorded since the agent started: {newest} < {now}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_azure_will_reclaim_is_drained_before_it_goes_and_only_that_node() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(EAGER_POOL).await;
+    let agent = Agent::start(&cp, "agent-interruption", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    cp.apply_yaml(&deployment("web", 3, "1", "2Gi", "")).await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    wait_running(&pods, 3, 90).await;
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let claims = claims_api(&cp);
+    let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
+    let victim = list(&pods)
+        .await
+        .iter()
+        .find_map(node_of)
+        .expect("a web pod on a node");
+    let victim_claim = list(&claims)
+        .await
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(victim.as_str()))
+        .map(|c| c.name_any())
+        .expect("the victim's NodeClaim");
+
+    // The pool turns recommend-only before the notice: it is reported, nothing is touched.
+    let pools: Api<NodePool> = Api::all(cp.client.clone());
+    let set_mode = |mode: Option<&str>| {
+        let pools = pools.clone();
+        let mode = mode.map(str::to_string);
+        async move {
+            pools
+                .patch(
+                    "default",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                        labels::MODE_ANNOTATION: mode,
+                    }}})),
+                )
+                .await
+                .expect("annotate the pool");
+        }
+    };
+    set_mode(Some("recommend")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // What AKS's node-problem-detector sets when Azure schedules the spot VM's preemption.
+    nodes
+        .patch_status(
+            &victim,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(serde_json::json!({"status": {"conditions": [{
+                "type": "PreemptionScheduled",
+                "status": "True",
+                "reason": "SpotEvictionIncoming",
+                "message": "Preempt Scheduled: Sat, 01 Aug 2026 05:41:02 GMT. For more information, see https://aka.ms/aks/spot. EventId: 6c6f1e3a",
+                "lastHeartbeatTime": jiff::Timestamp::now().to_string(),
+                "lastTransitionTime": jiff::Timestamp::now().to_string(),
+            }]}})),
+        )
+        .await
+        .expect("set the condition");
+
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let event_on_victim = |reason: &'static str| {
+        let events = events.clone();
+        let victim = victim.clone();
+        async move {
+            list(&events).await.into_iter().find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.involved_object.name.as_deref() == Some(victim.as_str())
+            })
+        }
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the notice reported in recommend-only mode",
+        || event_on_victim("WouldDrainForInterruption"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let kept = list(&claims)
+        .await
+        .into_iter()
+        .find(|c| c.name_any() == victim_claim)
+        .expect("the victim's claim is kept in recommend-only mode");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert_eq!(running(&list(&pods).await), 3);
+
+    // Autonomous again before the VM goes: the node is drained.
+    set_mode(None).await;
+
+    // The victim's claim goes, marked interrupted; no other claim is.
+    let going = eventually(
+        Duration::from_secs(60),
+        "the victim's NodeClaim deleted",
+        || async {
+            let listed = list(&claims).await;
+            let victim = listed.iter().find(|c| c.name_any() == victim_claim);
+            victim
+                .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+                .then_some(listed)
+        },
+    )
+    .await;
+    let interrupted: Vec<String> = going
+        .iter()
+        .filter(|c| {
+            c.annotations()
+                .get(labels::TERMINATION_REASON_ANNOTATION)
+                .map(String::as_str)
+                == Some("interrupted")
+        })
+        .map(|c| c.name_any())
+        .collect();
+    assert!(
+        interrupted.iter().all(|c| *c == victim_claim),
+        "only the victim is marked interrupted: {interrupted:?}"
+    );
+    // Its pods move: all three run again, none on the victim, which is gone.
+    eventually(
+        Duration::from_secs(120),
+        "the web pods running off the reclaimed node, and the node gone",
+        || async {
+            let listed = list(&pods).await;
+            let off = listed
+                .iter()
+                .all(|p| node_of(p).is_some_and(|n| n != victim));
+            let gone = list(&nodes).await.iter().all(|n| n.name_any() != victim);
+            (running(&listed) == 3 && off && gone).then_some(())
+        },
+    )
+    .await;
+    let told = event_on_victim("DrainingForInterruption").await;
+    assert!(
+        told.is_some(),
+        "an Event on the node says why\n{}",
+        agent.log()
+    );
+}

@@ -7,6 +7,7 @@
 //!   termination behind a finalizer (drain through the Eviction API);
 //! - [`disruption`]: consolidation, drift and expiration carried out through NodeClaims,
 //!   replacements ready before anything is drained; reported only in recommend-only mode;
+//! - [`interruption`]: a spot VM Azure announces it will reclaim is drained before it goes;
 //! - [`garbage_collection`]: instances without a NodeClaim, NodeClaims without an instance;
 //! - [`cost`]: the managed nodes counted and priced, for the cost metrics;
 //! - [`demand`]: the requests' daily and weekly cycle, shared by provisioning (buying ahead)
@@ -23,6 +24,7 @@ pub mod cost;
 pub mod demand;
 pub mod disruption;
 pub mod garbage_collection;
+pub mod interruption;
 pub mod nodeclaim;
 pub mod provisioning;
 pub mod rightsizing;
@@ -211,6 +213,7 @@ pub fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet
     tasks.spawn(provisioning::run(ctx.clone()));
     tasks.spawn(nodeclaim::run(ctx.clone()));
     tasks.spawn(disruption::run(ctx.clone()));
+    tasks.spawn(interruption::run(ctx.clone()));
     tasks.spawn(cost::run(ctx.clone()));
     tasks.spawn(rightsizing::run(ctx.clone()));
     tasks.spawn(garbage_collection::run(ctx));
