@@ -743,14 +743,23 @@ spec:
 status: {phase: Running}
 ";
 
-    #[tokio::test]
-    async fn a_replacement_runs_before_the_old_node_is_drained_and_deleted() {
+    /// Node `a` (10 cores) holding one 500m pod and a DaemonSet pod, and a Disrupter
+    /// (15 s validation delay, replacements given `ttl`) with the one decision that
+    /// replaces `a` by a smaller node submitted.
+    fn replacing_a(
+        ttl: SignedDuration,
+    ) -> (
+        FakeApi,
+        SimulatedAzure,
+        VirtualClock,
+        Disrupter<SimulatedAzure>,
+    ) {
         let yaml = format!(
             "{POOL}{}{}{DAEMON}",
             node("a", 10, ""),
             pod("web-1", "a", "500m", "")
         );
-        let (mut api, cloud, clock) = setup(&yaml);
+        let (api, cloud, clock) = setup(&yaml);
         let report = disruption::evaluate(&api.cluster, &Settings::default());
         assert_eq!(report.decisions.len(), 1, "{report:#?}");
         let mut d = Disrupter::new(
@@ -758,8 +767,16 @@ status: {phase: Running}
             Mode::Autonomous,
             Settings::default(),
             SignedDuration::from_secs(15),
-        );
+        )
+        .with_replacement_ttl(ttl);
         d.submit(clock.now(), report.decisions);
+        (api, cloud, clock, d)
+    }
+
+    #[tokio::test]
+    async fn a_replacement_runs_before_the_old_node_is_drained_and_deleted() {
+        let (mut api, cloud, clock, mut d) =
+            replacing_a(tailor::disruption::controller::DEFAULT_REPLACEMENT_TTL);
         // Before the validation delay nothing happens.
         let view = api.cluster.clone();
         d.tick(clock.now(), &view, &mut api).await;
@@ -827,22 +844,7 @@ status: {phase: Running}
 
     #[tokio::test]
     async fn a_replacement_that_never_registers_is_given_up_after_its_ttl_and_nothing_is_drained() {
-        let yaml = format!(
-            "{POOL}{}{}{DAEMON}",
-            node("a", 10, ""),
-            pod("web-1", "a", "500m", "")
-        );
-        let (mut api, cloud, clock) = setup(&yaml);
-        let report = disruption::evaluate(&api.cluster, &Settings::default());
-        assert_eq!(report.decisions.len(), 1, "{report:#?}");
-        let mut d = Disrupter::new(
-            cloud.clone(),
-            Mode::Autonomous,
-            Settings::default(),
-            SignedDuration::from_secs(15),
-        )
-        .with_replacement_ttl(SignedDuration::from_mins(10));
-        d.submit(clock.now(), report.decisions);
+        let (mut api, cloud, clock, mut d) = replacing_a(SignedDuration::from_mins(10));
         clock.advance(Duration::from_secs(15));
         let view = api.cluster.clone();
         d.tick(clock.now(), &view, &mut api).await;

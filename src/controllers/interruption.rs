@@ -13,7 +13,8 @@
 //! then cordons the node and evicts its pods through the Eviction API (the same path as
 //! every other removal). In recommend-only mode the notice is reported as an Event on the
 //! Node and nothing is touched. The simulator's world answers its cloud's interruption
-//! notices the same way.
+//! notices likewise (cordon, pods moved at once); it reads them from its cloud, not from
+//! Node conditions, so it does not share this code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use super::{Context, reference, wait_for_change};
 use crate::apis::labels;
 use crate::cloud::CloudProvider;
 use crate::provisioning::Mode;
+use crate::telemetry::names::TerminationReason;
 
 /// The condition node-problem-detector sets for a spot reclaim.
 pub const PREEMPTION_CONDITION: &str = "PreemptionScheduled";
@@ -196,7 +198,7 @@ async fn respond<C: CloudProvider>(
             &claim.name_any(),
             &BTreeMap::from([(
                 labels::TERMINATION_REASON_ANNOTATION,
-                Some("interrupted".to_string()),
+                Some(TerminationReason::Interrupted.as_str().to_string()),
             )]),
         )
         .await
