@@ -458,6 +458,7 @@ fn consolidation(input: &Input, plan: &scheduling::Plan, keep: usize, full: bool
         now: 0,
         expected: BTreeMap::new(),
         unreadable: BTreeMap::new(),
+        held: Default::default(),
     };
     let start = Instant::now();
     let report = disruption::evaluate(&cluster, &Settings::default());

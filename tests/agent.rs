@@ -1237,6 +1237,107 @@ async fn recommend_only_disruption_reports_and_touches_nothing_until_the_pool_tu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recommend_only_pool_is_reported_and_kept_while_an_autonomous_pool_beside_it_consolidates()
+ {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    let batch_pool = EAGER_POOL
+        .split("---")
+        .nth(1)
+        .expect("the pool document")
+        .replace("metadata: {name: default}", "metadata: {name: batch}");
+    cp.apply_yaml(&format!("{EAGER_POOL}---{batch_pool}")).await;
+    let agent = Agent::start(&cp, "agent-mixed", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    let in_pool = |pool: &str| format!("      nodeSelector: {{{}: {pool}}}", labels::NODE_POOL);
+    cp.apply_yaml(&deployment("web", 6, "1500m", "2Gi", &in_pool("default")))
+        .await;
+    cp.apply_yaml(&deployment("jobs", 6, "1500m", "2Gi", &in_pool("batch")))
+        .await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    wait_running(&pods, 12, 120).await;
+
+    // The batch pool turns recommend-only; both Deployments shrink. The batch pool's
+    // nodes are left empty, which, evaluated first, would be the first decision.
+    let pools: Api<NodePool> = Api::all(cp.client.clone());
+    pools
+        .patch(
+            "batch",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {labels::MODE_ANNOTATION: "recommend"}}})),
+        )
+        .await
+        .expect("annotate");
+    let claims = claims_api(&cp);
+    let of_pool = |listed: &[NodeClaim], pool: &str| -> BTreeSet<String> {
+        listed
+            .iter()
+            .filter(|c| c.labels().get(labels::NODE_POOL).map(String::as_str) == Some(pool))
+            .map(|c| c.name_any())
+            .collect()
+    };
+    let before: Vec<NodeClaim> = list(&claims)
+        .await
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .collect();
+    let (web_before, batch_before) = (of_pool(&before, "default"), of_pool(&before, "batch"));
+    assert!(
+        !web_before.is_empty() && !batch_before.is_empty(),
+        "{before:?}"
+    );
+    scale(&cp, "web", 1).await;
+    scale(&cp, "jobs", 0).await;
+
+    // The autonomous pool consolidates; the recommend-only pool is reported, never touched.
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let started = std::time::Instant::now();
+    let mut consolidated = false;
+    let mut report = None;
+    while !(consolidated && report.is_some()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "consolidated: {consolidated}, reported: {report:?}\n{}",
+            agent.log()
+        );
+        let listed = list(&claims).await;
+        let live: Vec<NodeClaim> = listed
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .cloned()
+            .collect();
+        assert_eq!(
+            of_pool(&live, "batch"),
+            batch_before,
+            "a claim of the recommend-only pool was deleted or created"
+        );
+        consolidated = of_pool(&listed, "default") != web_before;
+        report = list(&events).await.into_iter().find(|e| {
+            e.reason.as_deref() == Some("WouldDisrupt")
+                && e.involved_object.name.as_deref() == Some("batch")
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let note = report.and_then(|e| e.message).unwrap_or_default();
+    let batch_nodes: BTreeSet<String> = before
+        .iter()
+        .filter(|c| batch_before.contains(&c.name_any()))
+        .filter_map(|c| c.status.as_ref()?.node_name.clone())
+        .collect();
+    assert!(
+        batch_nodes.iter().any(|n| note.contains(n.as_str())) && note.contains("nothing done"),
+        "{note} {batch_nodes:?}"
+    );
+    assert!(
+        list(&events).await.iter().all(|e| {
+            e.reason.as_deref() != Some("WouldDisrupt")
+                || e.involved_object.name.as_deref() == Some("batch")
+        }),
+        "the autonomous pool's decisions were reported instead of carried out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drifted_nodes_are_replaced_and_the_replacement_is_ready_before_the_drain() {
     let _serial = SERIAL.lock().await;
     let cp = ControlPlane::start().await;

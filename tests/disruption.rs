@@ -384,6 +384,100 @@ fn budgets_cap_disruptions_and_a_scheduled_budget_applies_only_in_its_window() {
     assert_eq!(r.summary.nodes_after, 0, "{r:#?}");
 }
 
+/// A node of NodePool `pool`, otherwise as [`node`].
+fn node_of(pool: &str, name: &str, age_h: i64) -> String {
+    node(name, age_h, "").replace(
+        "tailor.sh/nodepool: default",
+        &format!("tailor.sh/nodepool: {pool}"),
+    )
+}
+
+#[test]
+fn a_held_pool_is_neither_disrupted_nor_grown_but_takes_moved_pods() {
+    let batch = POOL.replace("metadata: {name: default}", "metadata: {name: batch}");
+    let batch = format!("---{batch}");
+    let yaml = format!(
+        "{POOL}{batch}{}{}{}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "b", "1", ""),
+        node_of("batch", "e", 800),
+        node_of("batch", "c", 10),
+        pod("web-2", "c", "1", ""),
+    );
+    let snapshot = Snapshot::from_yaml("scenario.yaml", &yaml).expect("scenario parses");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |s: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = s.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let mut cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    // Nothing held: the expired batch node goes first.
+    let free = disruption::evaluate(&cluster, &Settings::default());
+    assert_eq!(free.decisions[0].method, Method::Expiration, "{free:#?}");
+    assert_eq!(free.decisions[0].nodes, ["e"]);
+
+    cluster.held = ["batch".to_string()].into();
+    let r = disruption::evaluate(&cluster, &Settings::default());
+    let decided: Vec<&str> = r
+        .decisions
+        .iter()
+        .flat_map(|d| d.nodes.iter().map(String::as_str))
+        .collect();
+    // Both default nodes go: `a` is empty, and `b`'s pod fits on the held pool's `c`.
+    assert_eq!(decided.len(), 2, "{r:#?}");
+    assert!(decided.contains(&"a") && decided.contains(&"b"), "{r:#?}");
+    assert!(
+        r.decisions
+            .iter()
+            .all(|d| d.replacements.iter().all(|c| c.node_pool != "batch")),
+        "{r:#?}"
+    );
+    assert_eq!(r.summary.nodes_after, 2, "{r:#?}");
+    // The held nodes are left out of the blocked list: holding them was the caller's choice.
+    assert!(
+        r.blocked.iter().all(|b| b.node != "e" && b.node != "c"),
+        "{r:#?}"
+    );
+
+    // Holding the default pool instead: its nodes stay, the batch node still expires, and
+    // no replacement is planned in the default pool.
+    cluster.held = ["default".to_string()].into();
+    let r = disruption::evaluate(&cluster, &Settings::default());
+    assert!(
+        r.decisions
+            .iter()
+            .all(|d| d.nodes.iter().all(|n| n == "e" || n == "c")),
+        "{r:#?}"
+    );
+    assert_eq!(r.decisions[0].nodes, ["e"], "{r:#?}");
+
+    // A replacement is not bought in a held pool: `y` of the batch pool (which allows only
+    // its own size) holds half a core, and only the default pool has a cheaper size.
+    let only_d4 = batch.replace(
+        "{key: karpenter.azure.com/sku-family, operator: In, values: [D]}",
+        "{key: node.kubernetes.io/instance-type, operator: In, values: [Standard_D4s_v5]}",
+    );
+    // The default pool is preferred (weighted), so it is where the pod would go.
+    let weighted = POOL.replace("spec:\n  template:", "spec:\n  weight: 10\n  template:");
+    assert_ne!(weighted, POOL);
+    let yaml = format!(
+        "{weighted}{only_d4}{}{}",
+        node_of("batch", "y", 10),
+        pod("web-3", "y", "500m", ""),
+    );
+    let snapshot = Snapshot::from_yaml("scenario.yaml", &yaml).expect("scenario parses");
+    let mut cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    let free = disruption::evaluate(&cluster, &Settings::default());
+    assert_eq!(free.decisions.len(), 1, "{free:#?}");
+    assert_eq!(free.decisions[0].replacements[0].node_pool, "default");
+    cluster.held = ["default".to_string()].into();
+    let r = disruption::evaluate(&cluster, &Settings::default());
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    assert!(!blocked(&r, "y").is_empty(), "{r:#?}");
+}
+
 #[test]
 fn an_old_node_expires_even_when_annotated() {
     let yaml = format!(

@@ -15,10 +15,14 @@
 //! When to finish or undo is [`crate::disruption::controller::progress`], which the
 //! simulator's `Disrupter` applies to its commands too.
 //!
-//! For a NodePool in recommend-only mode the decision is published as an Event on the pool
-//! with its saving in $/hour, counted in the decision metrics, and nothing is touched.
+//! For a NodePool in recommend-only mode every decision over its nodes is published as an
+//! Event on the pool with its saving in $/hour, counted in the decision metrics, and
+//! nothing is touched. Each mode's pools are decided with the other's held
+//! ([`crate::disruption::Cluster::held`]), so a recommend-only pool is never disrupted by a
+//! decision that started in an autonomous one, nor does it hide the autonomous pools'
+//! decisions behind its own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +47,9 @@ pub const VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(15);
 const INTERVAL: Duration = Duration::from_secs(5);
 /// A recommend-only decision is reported again after this long, not on every pass.
 const REPORT_AGAIN: SignedDuration = SignedDuration::from_mins(10);
+/// Every decision of every pool (the savings available, the blocked nodes, the
+/// recommend-only reports) is evaluated this often; what to carry out, on every pass.
+const SUMMARY_EVERY: SignedDuration = SignedDuration::from_secs(30);
 
 /// Annotation on the NodeClaims a command disrupts, and on its replacements: the command id.
 pub const COMMAND_ANNOTATION: &str = "tailor.sh/disruption-command";
@@ -103,6 +110,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
     let mut validating: Option<(Timestamp, Decision)> = None;
     let mut reported: HashMap<String, Timestamp> = HashMap::new();
+    let mut last_summary: Option<Timestamp> = None;
     // The requests' daily and weekly cycle, learnt while the agent leads and kept in a
     // ConfigMap (until a day is recorded nothing is expected); read back on taking the
     // lead, and written as it grows.
@@ -113,6 +121,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         if !ctx.writer.is_leader() {
             validating = None;
             leading = false;
+            last_summary = None;
             continue;
         }
         if !leading {
@@ -176,48 +185,21 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // The cluster model holds what is decided over; the pods' copy goes before the
         // evaluation and the writes that follow.
         snapshot.pods = Vec::new();
-        let (decision, marks) = decide(&ctx, &cluster);
+        let marks = claim_marks(&cluster);
         mark(&ctx, &snapshot, &marks, now).await;
+        let modes = PoolModes::of(&ctx, &snapshot, &cluster);
+        // What to carry out: the first decision over the autonomous pools, the
+        // recommend-only ones held (their nodes still take moved pods).
+        let decision = if last_summary.is_none_or(|t| now.duration_since(t) >= SUMMARY_EVERY) {
+            last_summary = Some(now);
+            summarize(&ctx, &mut cluster, &modes, &snapshot, &mut reported, now).await
+        } else {
+            decide(&ctx, &mut cluster, &modes)
+        };
         let Some(decision) = decision else {
             validating = None;
             continue;
         };
-        let pools: BTreeMap<String, &NodePool> = snapshot
-            .node_pools
-            .iter()
-            .map(|p| (p.name_any(), p))
-            .collect();
-        let pool = pool_of(&snapshot, &decision).and_then(|p| pools.get(&p).copied());
-        if ctx.mode_for(pool) == Mode::RecommendOnly {
-            validating = None;
-            let key = format!("{:?}:{}", decision.method, decision.nodes.join(","));
-            let due = reported
-                .get(&key)
-                .is_none_or(|t| now.duration_since(*t) >= REPORT_AGAIN);
-            if due {
-                reported.insert(key, now);
-                ctx.metrics
-                    .disruption_decision(method_name(&decision), "recommend");
-                if let Some(pool) = pool {
-                    ctx.writer
-                        .event(
-                            &reference(pool),
-                            EventType::Normal,
-                            "WouldDisrupt",
-                            "Disrupt",
-                            format!(
-                                "recommend-only: {} {} saving ${:.4}/hour ({} pod(s) would move); nothing done",
-                                method_name(&decision),
-                                decision.nodes.join(", "),
-                                decision.savings_per_hour,
-                                decision.pods_moved.len()
-                            ),
-                        )
-                        .await;
-                }
-            }
-            continue;
-        }
         match &validating {
             Some((since, pending))
                 if pending.nodes == decision.nodes && pending.method == decision.method =>
@@ -244,12 +226,11 @@ fn method_name(d: &Decision) -> &'static str {
     }
 }
 
-fn pool_of(snapshot: &Snapshot, decision: &Decision) -> Option<String> {
-    let node = decision.nodes.first()?;
+fn pool_of_node(snapshot: &Snapshot, node: &str) -> Option<String> {
     snapshot
         .nodes
         .iter()
-        .find(|n| &n.name_any() == node)?
+        .find(|n| n.name_any() == node)?
         .labels()
         .get(labels::NODE_POOL)
         .cloned()
@@ -282,12 +263,59 @@ fn settling(claims: &[Arc<NodeClaim>]) -> bool {
             .any(|c| !c.condition_true(condition::INITIALIZED))
 }
 
-/// The first decision on the cluster now, over Tailor's initialized nodes (the cluster is
-/// built from the disruption view).
+/// The NodePools by the mode that applies to them now.
+struct PoolModes {
+    /// Recommend-only pools: reported, never acted on.
+    recommend: BTreeSet<String>,
+    /// Autonomous pools: acted on.
+    autonomous: BTreeSet<String>,
+    /// Whether a node of a recommend-only pool exists.
+    recommend_nodes: bool,
+    /// Whether a node of an autonomous pool exists.
+    autonomous_nodes: bool,
+}
+
+impl PoolModes {
+    fn of<C: CloudProvider>(
+        ctx: &Context<C>,
+        snapshot: &Snapshot,
+        cluster: &disruption::Cluster,
+    ) -> Self {
+        let (recommend, autonomous): (Vec<&NodePool>, Vec<&NodePool>) = snapshot
+            .node_pools
+            .iter()
+            .partition(|p| ctx.mode_for(Some(p)) == Mode::RecommendOnly);
+        let names = |pools: Vec<&NodePool>| -> BTreeSet<String> {
+            pools.into_iter().map(|p| p.name_any()).collect()
+        };
+        let (recommend, autonomous) = (names(recommend), names(autonomous));
+        let has_nodes = |set: &BTreeSet<String>| {
+            cluster
+                .nodes
+                .iter()
+                .any(|m| m.pool.as_ref().is_some_and(|p| set.contains(p)))
+        };
+        PoolModes {
+            recommend_nodes: has_nodes(&recommend),
+            autonomous_nodes: has_nodes(&autonomous),
+            recommend,
+            autonomous,
+        }
+    }
+}
+
+/// The first decision to carry out on the cluster now: over the autonomous pools' nodes,
+/// the recommend-only pools held. `cluster` is the disruption view; it is left holding
+/// the recommend-only pools, as [`start`] re-validates over it.
 fn decide<C: CloudProvider>(
     ctx: &Context<C>,
-    cluster: &disruption::Cluster,
-) -> (Option<Decision>, Vec<ClaimMarks>) {
+    cluster: &mut disruption::Cluster,
+    modes: &PoolModes,
+) -> Option<Decision> {
+    cluster.held = modes.recommend.clone();
+    if !modes.autonomous_nodes {
+        return None;
+    }
     let settings = disruption::Settings {
         all: false,
         ..disruption::Settings::default()
@@ -296,18 +324,88 @@ fn decide<C: CloudProvider>(
     let report = disruption::evaluate(cluster, &settings);
     ctx.metrics
         .observe_decision("consolidation", started.elapsed().as_secs_f64());
+    report.decisions.into_iter().next()
+}
+
+/// Every decision on the cluster now, each mode's pools evaluated with the other's held:
+/// the savings available and the blocked nodes go to the metrics, and each decision over
+/// a recommend-only pool is published as an Event on that pool with its saving (again
+/// after [`REPORT_AGAIN`]) and counted; nothing is touched. Returns the first decision
+/// over the autonomous pools, as [`decide`] would, `cluster` left as it leaves it.
+async fn summarize<C: CloudProvider>(
+    ctx: &Context<C>,
+    cluster: &mut disruption::Cluster,
+    modes: &PoolModes,
+    snapshot: &Snapshot,
+    reported: &mut HashMap<String, Timestamp>,
+    now: Timestamp,
+) -> Option<Decision> {
+    let started = std::time::Instant::now();
+    let mut run = |held: &BTreeSet<String>, any: bool| {
+        if !any {
+            return disruption::Report::default();
+        }
+        cluster.held = held.clone();
+        disruption::evaluate(cluster, &disruption::Settings::default())
+    };
+    let reporting = run(&modes.autonomous, modes.recommend_nodes);
+    let acting = run(&modes.recommend, modes.autonomous_nodes);
+    cluster.held = modes.recommend.clone();
     ctx.metrics
-        .set_disruption_blocked(report.blocked.iter().map(|b| b.reason.as_str()));
+        .observe_decision("consolidation", started.elapsed().as_secs_f64());
+    ctx.metrics.set_disruption_blocked(
+        acting
+            .blocked
+            .iter()
+            .chain(&reporting.blocked)
+            .map(|b| b.reason.as_str()),
+    );
     ctx.metrics.set_savings_available(
         crate::telemetry::names::SavingsSource::Consolidation,
-        report
+        acting
             .decisions
             .iter()
+            .chain(&reporting.decisions)
             .map(|d| d.savings_per_hour.max(0.0))
             .sum(),
     );
-    let marks = claim_marks(cluster);
-    (report.decisions.into_iter().next(), marks)
+    reported.retain(|_, t| now.duration_since(*t) < REPORT_AGAIN);
+    for decision in &reporting.decisions {
+        let key = format!("{:?}:{}", decision.method, decision.nodes.join(","));
+        if reported.contains_key(&key) {
+            continue;
+        }
+        reported.insert(key, now);
+        ctx.metrics
+            .disruption_decision(method_name(decision), "recommend");
+        let pools: BTreeSet<String> = decision
+            .nodes
+            .iter()
+            .filter_map(|n| pool_of_node(snapshot, n))
+            .collect();
+        for pool in snapshot
+            .node_pools
+            .iter()
+            .filter(|p| pools.contains(&p.name_any()))
+        {
+            ctx.writer
+                .event(
+                    &reference(pool),
+                    EventType::Normal,
+                    "WouldDisrupt",
+                    "Disrupt",
+                    format!(
+                        "recommend-only: {} {} saving ${:.4}/hour ({} pod(s) would move); nothing done",
+                        method_name(decision),
+                        decision.nodes.join(", "),
+                        decision.savings_per_hour,
+                        decision.pods_moved.len()
+                    ),
+                )
+                .await;
+        }
+    }
+    acting.decisions.into_iter().next()
 }
 
 /// What the Drifted and Consolidatable conditions of one node's claim should say.

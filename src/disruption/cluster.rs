@@ -2,7 +2,7 @@
 //! which NodePool owns it, how old it is and what protects it; per pod, whether it may be
 //! evicted. Built from a snapshot; pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -79,7 +79,7 @@ pub struct Cluster {
     /// Per node of `input.nodes`, same order.
     pub nodes: Vec<NodeMeta>,
     /// Pods annotated `do-not-disrupt` (`namespace/name`).
-    pub do_not_disrupt: std::collections::BTreeSet<String>,
+    pub do_not_disrupt: BTreeSet<String>,
     /// PodDisruptionBudgets.
     pub pdbs: Vec<Pdb>,
     /// Per NodePool name.
@@ -93,6 +93,11 @@ pub struct Cluster {
     /// Pods whose spec cannot be read (`namespace/name` to the error): their nodes are not
     /// disrupted.
     pub unreadable: BTreeMap<String, PodError>,
+    /// NodePools this evaluation leaves as they are: their nodes are neither disrupted nor
+    /// reported blocked, and no replacement is planned in them, though pods may move onto
+    /// their nodes. The agent holds the recommend-only pools when deciding what to carry
+    /// out, and the autonomous ones when deciding what to report.
+    pub held: BTreeSet<String>,
 }
 
 /// Why the cluster could not be built.
@@ -518,6 +523,7 @@ impl Cluster {
             // The snapshot holds no history; the caller adds what its DemandHistory expects.
             expected: BTreeMap::new(),
             unreadable,
+            held: BTreeSet::new(),
         })
     }
 }

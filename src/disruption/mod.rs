@@ -283,10 +283,17 @@ pub fn run(cluster: &Cluster, settings: &Settings) -> Outcome {
         .iter()
         .flat_map(|d| d.nodes.iter().map(String::as_str))
         .collect();
+    let held: BTreeSet<&str> = w
+        .nodes
+        .iter()
+        .zip(&w.meta)
+        .filter(|(_, m)| m.pool.as_ref().is_some_and(|p| cluster.held.contains(p)))
+        .map(|(n, _)| n.name.as_str())
+        .collect();
     let blocked = w
         .blocked
         .iter()
-        .filter(|(n, _)| !decided.contains(n.as_str()))
+        .filter(|(n, _)| !decided.contains(n.as_str()) && !held.contains(n.as_str()))
         .map(|(node, reason)| Blocked {
             node: node.clone(),
             reason: reason.clone(),
@@ -431,6 +438,7 @@ impl Work<'_> {
     /// The pools with what they own now, `without` the given nodes.
     fn pools(&self, without: &[usize]) -> Vec<scheduling::Pool> {
         let mut pools = self.cluster.input.pools.clone();
+        pools.retain(|p| !self.cluster.held.contains(&p.name));
         for pool in &mut pools {
             pool.in_use = crate::model::Resources::default();
             pool.nodes_in_use = 0;
@@ -474,6 +482,9 @@ impl Work<'_> {
         let Some(pool) = m.pool.as_deref() else {
             return Some("not owned by a NodePool".to_string());
         };
+        if self.cluster.held.contains(pool) {
+            return Some(format!("NodePool {pool} is held by this evaluation"));
+        }
         if self.fresh.contains(&n.name) {
             return Some("launched by this pass".to_string());
         }

@@ -506,6 +506,7 @@ impl World<'_> {
             now: self.now,
             expected: self.expected.clone(),
             unreadable: BTreeMap::new(),
+            held: Default::default(),
         }
     }
 
