@@ -867,6 +867,38 @@ impl World<'_> {
         }
     }
 
+    /// Evaluates disruption on the cluster now, as the agent's disruption controller does:
+    /// the requests' cycle recorded and its expectation attached, the decisions counted in
+    /// the metrics.
+    fn evaluate_disruption(&mut self, settings: &disruption::Settings) -> disruption::Report {
+        let mut view = self.view();
+        self.demand.record(&view.input, self.now);
+        self.expected = self
+            .demand
+            .expected(&view.input, self.now, self.settings.forecast_horizon);
+        view.expected = self.expected.clone();
+        let started = std::time::Instant::now();
+        let report = disruption::evaluate(&view, settings);
+        if let Some(m) = &self.metrics {
+            let seconds = started.elapsed().as_secs_f64();
+            m.observe_decision("disruption", seconds);
+            m.reconcile(Controller::Disruption, seconds, false);
+            m.set_disruption_blocked(report.blocked.iter().map(|b| b.reason.as_str()));
+            let savings = report.decisions.iter().map(|d| d.savings_per_hour.max(0.0));
+            m.set_savings_available(SavingsSource::Consolidation, savings.sum());
+            let mode = match self.settings.mode {
+                Mode::Autonomous => "autonomous",
+                Mode::RecommendOnly => "recommend",
+            };
+            for d in &report.decisions {
+                // `Method`'s names, lower-cased, are the documented label values.
+                let method = format!("{:?}", d.method).to_lowercase();
+                m.disruption_decision(&method, mode);
+            }
+        }
+        report
+    }
+
     /// The clock as a timestamp.
     fn timestamp(&self) -> Timestamp {
         Timestamp::from_second(self.now).unwrap_or(Timestamp::UNIX_EPOCH)
@@ -1483,6 +1515,17 @@ pub async fn run(
     let mut samples = Vec::new();
     let mut recommended = 0usize;
     let mut last_report = disruption::Report::default();
+    // Autonomous mode carries out one decision at a time and evaluates again when it is
+    // done, as the agent does; recommend-only mode reports every decision of a pass.
+    let evaluation = if settings.mode == Mode::Autonomous {
+        disruption::Settings {
+            all: false,
+            ..settings.disruption.clone()
+        }
+    } else {
+        settings.disruption.clone()
+    };
+    let mut consolidating = false;
     // Realised consolidation savings: the $/hour of decisions done and not yet bought
     // back by provisioning, integrated over time.
     let mut credited = BTreeSet::new();
@@ -1532,33 +1575,12 @@ pub async fn run(
         if since >= 86_400 && since % settings.rightsizing_every == 0 {
             recommended = world.rightsize();
         }
-        if since % settings.disruption_every == 0 && !disrupter.busy() {
-            let mut view = world.view();
-            world.demand.record(&view.input, world.now);
-            world.expected =
-                world
-                    .demand
-                    .expected(&view.input, world.now, settings.forecast_horizon);
-            view.expected = world.expected.clone();
-            let started = std::time::Instant::now();
-            let report = disruption::evaluate(&view, &settings.disruption);
-            if let Some(m) = &world.metrics {
-                let seconds = started.elapsed().as_secs_f64();
-                m.observe_decision("disruption", seconds);
-                m.reconcile(Controller::Disruption, seconds, false);
-                m.set_disruption_blocked(report.blocked.iter().map(|b| b.reason.as_str()));
-                let savings = report.decisions.iter().map(|d| d.savings_per_hour.max(0.0));
-                m.set_savings_available(SavingsSource::Consolidation, savings.sum());
-                let mode = match settings.mode {
-                    Mode::Autonomous => "autonomous",
-                    Mode::RecommendOnly => "recommend",
-                };
-                for d in &report.decisions {
-                    // `Method`'s names, lower-cased, are the documented label values.
-                    let method = format!("{:?}", d.method).to_lowercase();
-                    m.disruption_decision(&method, mode);
-                }
-            }
+        if since % settings.disruption_every == 0
+            && !disrupter.busy()
+            && (settings.mode != Mode::Autonomous || world.launching.is_empty())
+        {
+            let report = world.evaluate_disruption(&evaluation);
+            consolidating = !report.decisions.is_empty();
             if settings.mode == Mode::Autonomous {
                 disrupter.submit(Clock::now(&clock), report.decisions.clone());
             }
@@ -1573,6 +1595,27 @@ pub async fn run(
         let mut stepped = 0;
         for _ in 0..(scenario.step / SUB_STEP).max(1) {
             let waiting = world.pods.iter().any(|p| p.node.is_none());
+            // As the agent's disruption controller: one decision at a time, the next taken
+            // on the cluster the last one left, once nothing is launching.
+            if consolidating
+                && settings.mode == Mode::Autonomous
+                && !disrupter.busy()
+                && world.launching.is_empty()
+            {
+                // A decision the cluster no longer bore out waits for the next pass: the
+                // cluster has moved, and deciding again at once would find the same.
+                if matches!(
+                    disrupter.commands().last().map(|c| &c.phase),
+                    Some(Phase::Aborted(_))
+                ) {
+                    consolidating = false;
+                } else {
+                    let report = world.evaluate_disruption(&evaluation);
+                    consolidating = !report.decisions.is_empty();
+                    disrupter.submit(Clock::now(&clock), report.decisions.clone());
+                    last_report = report;
+                }
+            }
             if !disrupter.busy() && world.launching.is_empty() && !waiting {
                 break;
             }
