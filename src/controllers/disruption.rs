@@ -36,13 +36,13 @@ use super::{Context, reference};
 use crate::apis::nodeclaim::condition;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::cloud::CloudProvider;
-use crate::disruption::controller::{InFlight, Progress, progress};
+use crate::disruption::controller::{
+    DEFAULT_VALIDATION_DELAY, InFlight, Progress, Validation, progress,
+};
 use crate::disruption::{self, Decision};
 use crate::provisioning::Mode;
 use crate::state::Snapshot;
 
-/// Karpenter re-checks a consolidation this long after deciding it.
-pub const VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(15);
 /// How often the controller evaluates.
 const INTERVAL: Duration = Duration::from_secs(5);
 /// A recommend-only decision is reported again after this long, not on every pass.
@@ -108,7 +108,7 @@ pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
 /// Runs the disruption controller until aborted.
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
-    let mut validating: Option<(Timestamp, Decision)> = None;
+    let mut validation = Validation::new(DEFAULT_VALIDATION_DELAY);
     let mut reported: HashMap<String, Timestamp> = HashMap::new();
     let mut last_summary: Option<Timestamp> = None;
     // The requests' daily and weekly cycle, learnt while the agent leads and kept in a
@@ -119,7 +119,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     loop {
         tokio::time::sleep(INTERVAL).await;
         if !ctx.writer.is_leader() {
-            validating = None;
+            validation.clear();
             leading = false;
             last_summary = None;
             continue;
@@ -132,7 +132,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         let claims = ctx.state.node_claims.state();
         let commands = in_flight(&claims);
         if !commands.is_empty() {
-            validating = None;
+            validation.clear();
             for cmd in &commands {
                 if let Err(e) = advance(&ctx, cmd, now).await {
                     tracing::warn!(command = %cmd.id, error = %e, "disruption command step failed");
@@ -143,7 +143,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // Nothing to disrupt while capacity is launching or before Tailor manages a node: the
         // check needs only the claims, so the pass copies nothing then.
         if settling(&claims) {
-            validating = None;
+            validation.clear();
             if claims
                 .iter()
                 .all(|c| c.metadata.deletion_timestamp.is_some())
@@ -159,13 +159,13 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         drop(claims);
         let mut snapshot = disruption_view(&ctx.state);
         let Ok(types) = ctx.instance_types().await else {
-            validating = None;
+            validation.clear();
             continue;
         };
         let Ok(mut cluster) =
             disruption::Cluster::from_snapshot_reading_around(&snapshot, &types, now.as_second())
         else {
-            validating = None;
+            validation.clear();
             continue;
         };
         let newest = {
@@ -196,22 +196,10 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         } else {
             decide(&ctx, &mut cluster, &modes)
         };
-        let Some(decision) = decision else {
-            validating = None;
-            continue;
-        };
-        match &validating {
-            Some((since, pending))
-                if pending.nodes == decision.nodes && pending.method == decision.method =>
-            {
-                if now.duration_since(*since) >= VALIDATION_DELAY {
-                    validating = None;
-                    if let Err(e) = start(&ctx, &snapshot, &cluster, &decision, now).await {
-                        tracing::warn!(error = %e, "starting a disruption failed");
-                    }
-                }
-            }
-            _ => validating = Some((now, decision)),
+        if let Some(decision) = validation.offer(now, decision)
+            && let Err(e) = start(&ctx, &snapshot, &cluster, &decision, now).await
+        {
+            tracing::warn!(error = %e, "starting a disruption failed");
         }
     }
 }

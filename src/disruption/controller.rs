@@ -33,6 +33,61 @@ pub const ORPHANED_COMMAND: SignedDuration = SignedDuration::from_secs(60);
 /// up on, and its command undone: the registration TTL of a NodeClaim.
 pub const DEFAULT_REPLACEMENT_TTL: SignedDuration = SignedDuration::from_mins(15);
 
+/// A decision waiting out the validation delay. It is carried out only if, once the delay
+/// has passed, deciding again on the cluster as it is then gives the same decision (the
+/// same method over the same nodes); a different decision starts its own delay, and no
+/// decision drops it. The agent's controller and the simulator both validate this way.
+/// Pure: the caller decides and passes the time.
+#[derive(Debug, Clone)]
+pub struct Validation {
+    delay: SignedDuration,
+    pending: Option<(Timestamp, Decision)>,
+}
+
+impl Validation {
+    /// Nothing waiting; decisions wait `delay`.
+    pub fn new(delay: SignedDuration) -> Self {
+        Validation {
+            delay,
+            pending: None,
+        }
+    }
+
+    /// Whether a decision is waiting.
+    pub fn pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Forgets the waiting decision (the cluster is in no state to decide over).
+    pub fn clear(&mut self) {
+        self.pending = None;
+    }
+
+    /// Takes this pass's first decision at `now`: returns it when the same decision has
+    /// been offered since at least the delay ago, to be carried out now.
+    pub fn offer(&mut self, now: Timestamp, decision: Option<Decision>) -> Option<Decision> {
+        let Some(decision) = decision else {
+            self.pending = None;
+            return None;
+        };
+        match &self.pending {
+            Some((since, waiting))
+                if waiting.nodes == decision.nodes && waiting.method == decision.method =>
+            {
+                if now.duration_since(*since) < self.delay {
+                    return None;
+                }
+                self.pending = None;
+                Some(decision)
+            }
+            _ => {
+                self.pending = Some((now, decision));
+                None
+            }
+        }
+    }
+}
+
 /// A command in flight: the nodes it disrupts and its replacements, as the agent reads
 /// them back from the NodeClaims' annotations and the [`Disrupter`] holds them.
 #[derive(Debug, Clone, PartialEq)]
@@ -455,6 +510,48 @@ mod tests {
     }
 
     const TTL: SignedDuration = SignedDuration::from_mins(15);
+
+    fn decision(method: super::super::Method, nodes: &[&str]) -> Decision {
+        Decision {
+            method,
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            replacements: Vec::new(),
+            savings_per_hour: 0.1,
+            pods_moved: Vec::new(),
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_decision_is_carried_out_once_it_has_been_decided_again_after_the_delay() {
+        use super::super::Method::{Empty, Single};
+        let delay = DEFAULT_VALIDATION_DELAY;
+        let mut v = Validation::new(delay);
+        let a = || Some(decision(Empty, &["a"]));
+        assert_eq!(v.offer(t(0), a()), None, "first seen: it waits");
+        assert!(v.pending());
+        assert_eq!(v.offer(t(10), a()), None, "within the delay");
+        assert_eq!(v.offer(t(15), a()), a(), "the same after the delay");
+        assert!(!v.pending());
+
+        // Another decision starts its own delay; so does the same nodes by another method.
+        assert_eq!(v.offer(t(20), a()), None);
+        assert_eq!(v.offer(t(40), Some(decision(Empty, &["b"]))), None);
+        assert_eq!(v.offer(t(50), Some(decision(Single, &["b"]))), None);
+        assert_eq!(v.offer(t(60), Some(decision(Single, &["b"]))), None);
+        assert_eq!(
+            v.offer(t(65), Some(decision(Single, &["b"]))),
+            Some(decision(Single, &["b"]))
+        );
+
+        // A pass that finds nothing, or a clear, drops what was waiting.
+        assert_eq!(v.offer(t(100), a()), None);
+        assert_eq!(v.offer(t(105), None), None);
+        assert!(!v.pending());
+        assert_eq!(v.offer(t(130), a()), None, "the delay runs again");
+        v.clear();
+        assert_eq!(v.offer(t(200), a()), None);
+    }
 
     #[test]
     fn old_nodes_go_only_once_every_replacement_is_initialized() {

@@ -19,7 +19,9 @@ use crate::cloud::metered::MeteredCloud;
 use crate::cloud::sim::{SimSettings, SimulatedAzure};
 use crate::cloud::{CloudProvider, InstanceState};
 use crate::disruption::cluster::PoolRules;
-use crate::disruption::controller::{ActError, Actuator, DISRUPTED_TAINT, Disrupter, Phase};
+use crate::disruption::controller::{
+    ActError, Actuator, DEFAULT_VALIDATION_DELAY, DISRUPTED_TAINT, Disrupter, Phase, Validation,
+};
 use crate::disruption::{self, Cluster, NodeMeta};
 use crate::model::{CapacityType, Dimension, InstanceType, Requirement, Resources};
 use crate::provisioning::{self, Batcher, Mode, Provisioner};
@@ -1492,7 +1494,8 @@ pub async fn run(
         metered.clone(),
         settings.mode,
         settings.disruption.clone(),
-        SignedDuration::from_secs(SUB_STEP),
+        // Validated before it is submitted ([`Validation`]).
+        SignedDuration::ZERO,
     )
     .with_metrics(metrics.cloned());
     // The cluster runs when the week begins, as a cluster does when Tailor is installed
@@ -1526,6 +1529,11 @@ pub async fn run(
         settings.disruption.clone()
     };
     let mut consolidating = false;
+    // As in the agent, a decision is carried out once deciding again after the validation
+    // delay gives the same one; the Disrupter then re-validates it and starts at once.
+    let mut validation = Validation::new(DEFAULT_VALIDATION_DELAY);
+    // The command this pass started last: once it is aborted, the pass decides no more.
+    let mut latest: Option<usize> = None;
     // Realised consolidation savings: the $/hour of decisions done and not yet bought
     // back by provisioning, integrated over time.
     let mut credited = BTreeSet::new();
@@ -1581,8 +1589,13 @@ pub async fn run(
         {
             let report = world.evaluate_disruption(&evaluation);
             consolidating = !report.decisions.is_empty();
+            latest = None;
             if settings.mode == Mode::Autonomous {
-                disrupter.submit(Clock::now(&clock), report.decisions.clone());
+                let now = Clock::now(&clock);
+                if let Some(d) = validation.offer(now, report.decisions.first().cloned()) {
+                    latest = Some(disrupter.commands().len());
+                    disrupter.submit(now, vec![d]);
+                }
             }
             last_report = report;
         }
@@ -1604,19 +1617,27 @@ pub async fn run(
             {
                 // A decision the cluster no longer bore out waits for the next pass: the
                 // cluster has moved, and deciding again at once would find the same.
-                if matches!(
-                    disrupter.commands().last().map(|c| &c.phase),
-                    Some(Phase::Aborted(_))
-                ) {
+                if latest.is_some_and(|i| {
+                    matches!(
+                        disrupter.commands().get(i).map(|c| &c.phase),
+                        Some(Phase::Aborted(_))
+                    )
+                }) {
                     consolidating = false;
+                    validation.clear();
                 } else {
                     let report = world.evaluate_disruption(&evaluation);
                     consolidating = !report.decisions.is_empty();
-                    disrupter.submit(Clock::now(&clock), report.decisions.clone());
+                    let now = Clock::now(&clock);
+                    if let Some(d) = validation.offer(now, report.decisions.first().cloned()) {
+                        latest = Some(disrupter.commands().len());
+                        disrupter.submit(now, vec![d]);
+                    }
                     last_report = report;
                 }
             }
-            if !disrupter.busy() && world.launching.is_empty() && !waiting {
+            if !disrupter.busy() && world.launching.is_empty() && !waiting && !validation.pending()
+            {
                 break;
             }
             let view = world.view();
