@@ -93,6 +93,7 @@ async fn bench(containers: usize) {
         prices: Prices::default(),
         resume,
         keep_hours: false,
+        ooms: &[],
     };
 
     // The cold round, 15 minutes before the end: the whole 14-day window is planned.

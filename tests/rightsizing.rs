@@ -755,6 +755,99 @@ async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa
     );
 }
 
+fn bytes(q: &str) -> f64 {
+    tailor::model::quantity::parse_value(q).expect("a quantity") as f64
+}
+
+/// An OOM kill is answered when the pod shows it, not at the next round: with rounds an
+/// hour apart, the killed container's memory is raised above the request it was killed at
+/// within seconds, from the pod's status alone (the usage history does not hold the kill),
+/// and the pods get it in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_killed_container_gets_more_memory_within_seconds_not_at_the_next_round() {
+    let _serial = SERIAL.lock().await;
+    let (cp, prometheus) = cluster().await;
+    cp.apply_yaml(AUTO_IN_PLACE).await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let flags = agent_flags(&prometheus, "1h");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+    // The first round sizes web and resizes its pods.
+    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
+        let r = recommendation(&cp, "default", "deployment-web").await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(r)
+    })
+    .await;
+    let sized = recommended_requests(&web);
+    let sized_memory = bytes(&sized["memory"]);
+    assert!(sized_memory < bytes("1Gi"), "{sized:?}");
+    let web_pods = || async {
+        list(&pods)
+            .await
+            .into_iter()
+            .filter(|p| p.name_any().starts_with("web-"))
+            .collect::<Vec<Pod>>()
+    };
+    eventually(Duration::from_secs(60), "web pods resized", || async {
+        let webs = web_pods().await;
+        (webs.len() == 2 && webs.iter().all(|p| pod_resources(p).0 == sized)).then_some(())
+    })
+    .await;
+    // One web container is OOM-killed at that size and restarted, as the kubelet reports.
+    let mut victim = web_pods().await.remove(0);
+    let killed_at = jiff::Timestamp::now().to_string();
+    let status = victim.status.as_mut().expect("status");
+    let container = &mut status.container_statuses.as_mut().expect("statuses")[0];
+    container.restart_count = 1;
+    container.last_state = Some(
+        serde_json::from_value(serde_json::json!({
+            "terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": killed_at}
+        }))
+        .expect("a container state"),
+    );
+    let patch = serde_json::json!({"status": {"containerStatuses": status.container_statuses}});
+    pods.patch_status(
+        &victim.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .expect("the pod's status patched");
+    // Within seconds, not an hour: the Recommendation's memory is bumped (20%, at least
+    // 100 MiB) above the request the container was killed at, and says why.
+    let bumped = eventually(Duration::from_secs(60), "web's memory bumped", || async {
+        let r = recommendation(&cp, "default", "deployment-web").await?;
+        (bytes(&recommended_requests(&r)["memory"]) > sized_memory).then_some(r)
+    })
+    .await;
+    let target = recommended_requests(&bumped);
+    assert!(
+        bytes(&target["memory"]) >= (sized_memory * 1.2).max(sized_memory + 100.0 * MIB),
+        "{target:?} after {sized:?}"
+    );
+    let reasons = &bumped.status.as_ref().expect("status").containers[0].reasons;
+    assert!(
+        reasons.iter().any(|r| r.contains("after an OOM kill")),
+        "{reasons:?}"
+    );
+    assert_eq!(target["cpu"], sized["cpu"], "only memory moves");
+    // Both pods get the new memory in place: the killed one must not die at its old size.
+    eventually(
+        Duration::from_secs(60),
+        "web pods given the memory",
+        || async {
+            let webs = web_pods().await;
+            (webs.len() == 2
+                && webs.iter().all(|p| {
+                    let (spec, status, _) = pod_resources(p);
+                    spec == target && status == target
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
 /// `web` is in Auto mode with requests set only at creation; `api` has no policy and the
 /// agent's global mode is recommend.
 const AUTO_ON_CREATE: &str = r#"

@@ -12,7 +12,7 @@ use super::{CatalogSourceArgs, CliError, ClusterSourceArgs, Result};
 use crate::apis::Mode;
 use crate::model::quantity::{self, format_milli, format_value};
 use crate::report::Table;
-use crate::rightsizing::service::{Policies, Request, Resume, recommend_workloads};
+use crate::rightsizing::service::{Policies, Request, Resume, oom_kills, recommend_workloads};
 use crate::rightsizing::{Prices, Requests};
 use crate::state::{PendingPods, cluster};
 use crate::usage::pool::{Checkpoint, HourUsage};
@@ -561,6 +561,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
             prices,
             resume,
             keep_hours,
+            ooms: &oom_kills(&snapshot.pods),
         },
     )
     .await

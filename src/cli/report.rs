@@ -374,6 +374,7 @@ pub async fn report(args: &ReportArgs) -> Result<CostReport> {
             prices: fallback,
             resume: Resume::Nothing,
             keep_hours: false,
+            ooms: &[],
         },
     )
     .await

@@ -40,10 +40,11 @@ use crate::provisioning::Mode as GlobalMode;
 use crate::rightsizing::Requests;
 use crate::rightsizing::service::{
     ContainerOutcome, DEFAULT_STEP_SECONDS, Governance, Outcome, Policies, PolicyRef, Request,
-    Resume, recommend_workloads, workload_labels,
+    Resume, oom_kills, recommend_workloads, workload_labels,
 };
 use crate::state::Snapshot;
 use crate::telemetry::names::{Controller, EvictionWait, RecommendationState, StuckResize};
+use crate::usage::ContainerKey;
 use crate::usage::pool::Checkpoint;
 use crate::usage::prometheus::PrometheusSource;
 use crate::usage::workloads::{Workload, Workloads};
@@ -112,9 +113,40 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             ),
             Err(e) => tracing::warn!(error = %e, "right-sizing round failed"),
         }
-        tokio::time::sleep(ctx.settings.rightsizing_interval).await;
+        next_round(&ctx, &term.ooms_seen, ctx.settings.rightsizing_interval).await;
     }
 }
+
+/// Waits for the next round: `interval`, or less when a container is OOM-killed that the
+/// last round did not see, so its memory is raised within seconds of the kill rather than
+/// at the next round (the usage history learns of a kill only after a scrape and a read).
+async fn next_round<C: CloudProvider>(
+    ctx: &Context<C>,
+    seen: &BTreeSet<(ContainerKey, i64)>,
+    interval: Duration,
+) {
+    let deadline = Instant::now() + interval;
+    // A container killed over and over (crash-looping at a capped size) starts a round at
+    // most this often.
+    let earliest = Instant::now() + OOM_ROUND_GAP.min(interval);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        super::wait_for_change(&ctx.state, left).await;
+        if oom_kills(&ctx.state.pods.state())
+            .iter()
+            .any(|o| !seen.contains(&(o.key.clone(), o.at)))
+        {
+            tokio::time::sleep_until(earliest.into()).await;
+            return;
+        }
+    }
+}
+
+/// The least time between the end of a round and one an OOM kill starts.
+const OOM_ROUND_GAP: Duration = Duration::from_secs(5);
 
 /// What the leader remembers between rounds.
 #[derive(Default)]
@@ -123,6 +155,8 @@ struct Term {
     checkpoints: BTreeMap<Workload, Checkpoint>,
     /// Recommendations whose metadata and spec were applied this term.
     applied: BTreeSet<(String, String)>,
+    /// The OOM kills the last round took in (container, when): a new one starts a round.
+    ooms_seen: BTreeSet<(ContainerKey, i64)>,
     /// Pods (namespace, name) whose resize call the API server refused, with its message;
     /// cleared when a resize is accepted or the pod is evicted or gone.
     refused: BTreeMap<(String, String), String>,
@@ -483,6 +517,7 @@ async fn reconcile<C: CloudProvider>(
     };
     let labels = workload_labels(&snapshot);
     write_policy_statuses(ctx, &snapshot, &workloads, (&policies, &labels), now).await;
+    let ooms = oom_kills(&snapshot.pods);
     let result = recommend_workloads(
         source,
         Request {
@@ -497,9 +532,11 @@ async fn reconcile<C: CloudProvider>(
             prices,
             resume: Resume::PerWorkload(checkpoints),
             keep_hours: false,
+            ooms: &ooms,
         },
     )
     .await;
+    term.ooms_seen = ooms.into_iter().map(|o| (o.key, o.at)).collect();
     let outcome = match result {
         Ok(o) => o,
         Err(e) => {

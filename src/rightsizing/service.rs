@@ -1,7 +1,8 @@
 //! The right-sizing use case: a snapshot, a usage source, the policies and `now` in;
-//! a recommendation per workload container out. `tailor recommend`, the agent's
-//! right-sizing controller and the demo all call [`recommend_workloads`], so what the CLI
-//! reports is what the cluster gets.
+//! a recommendation per workload container out. `tailor recommend` and the agent's
+//! right-sizing controller both call [`recommend_workloads`], so what the CLI reports is
+//! what the cluster gets (the demo sizes its simulated workloads with the same recommender
+//! and the same fleet starvation price).
 //!
 //! Which policy governs a workload follows the `RightsizingPolicy` rules: a policy of the
 //! workload's own namespace that selects it (by label selector or by name; a policy with
@@ -19,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{ContainerRecommendation, Context, Policy, Prices, Requests, recommend};
@@ -30,7 +31,7 @@ use crate::scheduling::pod::{Selector, selector};
 use crate::state::Snapshot;
 use crate::usage::pool::{CHECKPOINT_VERSION, Checkpoint, HourUsage, Pool};
 use crate::usage::workloads::{Workload, Workloads};
-use crate::usage::{ContainerKey, ReadStats, UsageError, UsageQuery, UsageSource};
+use crate::usage::{ContainerKey, ObservedOom, ReadStats, UsageError, UsageQuery, UsageSource};
 
 /// CPU sample spacing of a read unless told otherwise (the CLI's `--step` default).
 pub const DEFAULT_STEP_SECONDS: i64 = 300;
@@ -320,7 +321,14 @@ pub struct Request<'a> {
     pub resume: Resume,
     /// Keep hourly usage per container (for charts).
     pub keep_hours: bool,
+    /// OOM kills seen on the pods, besides those the source reads: a kill the usage
+    /// history does not hold yet still bumps its container's memory now.
+    pub ooms: &'a [ObservedOom],
 }
+
+/// How far before an OOM kill seen on a pod its container's memory peaks are looked for:
+/// the memory interval the usage is read at.
+const OBSERVED_OOM_LOOKBACK: i64 = 3_600;
 
 /// One workload container's recommendation.
 #[derive(Debug, Clone)]
@@ -489,6 +497,50 @@ struct GroupKey {
     until: Option<i64>,
 }
 
+/// The OOM kills the pods show: each container whose last termination (or current state)
+/// is `OOMKilled`, when it finished, with its memory limit (what it was killed at) and
+/// request then. Pure.
+pub fn oom_kills(pods: &[std::sync::Arc<Pod>]) -> Vec<ObservedOom> {
+    let bytes = |list: Option<&BTreeMap<String, Quantity>>| {
+        list.and_then(|l| l.get("memory"))
+            .and_then(|q| quantity::parse_value(&q.0).ok())
+            .map(|v| v as f64)
+    };
+    let mut out = Vec::new();
+    for pod in pods {
+        let (Some(spec), Some(status)) = (pod.spec.as_ref(), pod.status.as_ref()) else {
+            continue;
+        };
+        for cs in status.container_statuses.iter().flatten() {
+            let killed_at = [cs.last_state.as_ref(), cs.state.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.terminated.as_ref())
+                .filter(|t| t.reason.as_deref() == Some("OOMKilled"))
+                .filter_map(|t| t.finished_at.as_ref())
+                .map(|t| t.0.as_second())
+                .max();
+            let Some(at) = killed_at else { continue };
+            let resources = spec
+                .containers
+                .iter()
+                .find(|c| c.name == cs.name)
+                .and_then(|c| c.resources.as_ref());
+            out.push(ObservedOom {
+                key: ContainerKey {
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod: pod.metadata.name.clone().unwrap_or_default(),
+                    container: cs.name.clone(),
+                },
+                at,
+                memory: bytes(resources.and_then(|r| r.limits.as_ref())),
+                request: bytes(resources.and_then(|r| r.requests.as_ref())),
+            });
+        }
+    }
+    out
+}
+
 /// Reads usage and computes a recommendation for every workload container in scope. On a
 /// failed read nothing is returned: no recommendation rests on part of the data.
 pub async fn recommend_workloads<S: UsageSource>(
@@ -507,6 +559,7 @@ pub async fn recommend_workloads<S: UsageSource>(
         prices,
         resume,
         keep_hours,
+        ooms,
     } = request;
     let in_scope = |w: &Workload| namespaces.is_empty() || namespaces.contains(&w.namespace);
     let labels = workload_labels(snapshot);
@@ -617,6 +670,15 @@ pub async fn recommend_workloads<S: UsageSource>(
             outcome.stats.series += stats.series;
             outcome.stats.samples += stats.samples;
             outcome.stats.rejected_samples += stats.rejected_samples;
+        }
+        for oom in ooms.iter().filter(|o| {
+            o.at > window_start
+                && o.at <= now
+                && workloads
+                    .of_pod(&o.key.namespace, &o.key.pod)
+                    .is_some_and(|w| member_set.contains(&w))
+        }) {
+            pool.observed_oom(oom, OBSERVED_OOM_LOOKBACK);
         }
         unmatched.extend(pool.unmatched().iter().cloned());
         let pooled = pool.finish();
@@ -776,6 +838,81 @@ spec:
             ),
             Governance::Held { source, error } => format!("held by {source}: {error}"),
         }
+    }
+
+    #[test]
+    fn oom_kills_are_the_containers_whose_last_or_current_termination_says_oomkilled() {
+        let pod = |name: &str, resources: &str, statuses: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop}}\n\
+                 spec:\n  containers:\n  - {{name: app, image: x, resources: {resources}}}\n  \
+                 - {{name: side, image: y}}\nstatus:\n  phase: Running\n  containerStatuses:\n{statuses}"
+            )
+        };
+        let status = |name: &str, last: &str, state: &str| {
+            format!(
+                "  - {{name: {name}, image: x, imageID: '', ready: true, restartCount: 1, \
+                 lastState: {last}, state: {state}}}\n"
+            )
+        };
+        let oom = |at: &str| {
+            format!("{{terminated: {{exitCode: 137, reason: OOMKilled, finishedAt: '{at}'}}}}")
+        };
+        let running = "{running: {startedAt: '2026-12-01T10:00:00Z'}}";
+        let yaml = [
+            // Killed at its limit, restarted: counted with its limit and request.
+            pod(
+                "web-1",
+                "{requests: {memory: 320Mi}, limits: {memory: 400Mi}}",
+                &(status("app", &oom("2026-12-01T10:00:00Z"), running)
+                    + &status("side", "{}", running)),
+            ),
+            // Terminated by OOM now, no limit: counted, the memory it died at unknown.
+            pod(
+                "web-2",
+                "{requests: {memory: 256Mi}}",
+                &status("app", "{}", &oom("2026-12-01T11:00:00Z")),
+            ),
+            // Ended otherwise: not counted.
+            pod(
+                "web-3",
+                "{requests: {memory: 256Mi}}",
+                &status(
+                    "app",
+                    "{terminated: {exitCode: 1, reason: Error, finishedAt: '2026-12-01T10:00:00Z'}}",
+                    running,
+                ),
+            ),
+        ]
+        .join("---\n");
+        let snapshot = Snapshot::from_yaml("pods", &yaml).expect("snapshot");
+        let kills = oom_kills(&snapshot.pods);
+        let seconds = |t: &str| t.parse::<jiff::Timestamp>().expect("time").as_second();
+        assert_eq!(
+            kills,
+            vec![
+                ObservedOom {
+                    key: ContainerKey {
+                        namespace: "shop".into(),
+                        pod: "web-1".into(),
+                        container: "app".into(),
+                    },
+                    at: seconds("2026-12-01T10:00:00Z"),
+                    memory: Some(400.0 * 1048576.0),
+                    request: Some(320.0 * 1048576.0),
+                },
+                ObservedOom {
+                    key: ContainerKey {
+                        namespace: "shop".into(),
+                        pod: "web-2".into(),
+                        container: "app".into(),
+                    },
+                    at: seconds("2026-12-01T11:00:00Z"),
+                    memory: None,
+                    request: Some(256.0 * 1048576.0),
+                },
+            ]
+        );
     }
 
     #[test]

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, PodStatus, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStatus, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -901,7 +903,33 @@ fn trim_pod(pod: &mut Pod) {
         spec.ephemeral_containers = None;
     }
     if let Some(status) = pod.status.as_mut() {
-        status.container_statuses = None;
+        // Of the containers' statuses only an OOM kill is read (right-sizing bumps the
+        // container's memory): kept, with its name and termination, for those containers.
+        let oom_killed = |s: Option<ContainerState>| {
+            s.filter(|s| {
+                s.terminated
+                    .as_ref()
+                    .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"))
+            })
+        };
+        let kept: Vec<ContainerStatus> = status
+            .container_statuses
+            .take()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                let last_state = oom_killed(c.last_state);
+                let state = oom_killed(c.state);
+                (last_state.is_some() || state.is_some()).then(|| ContainerStatus {
+                    name: c.name,
+                    last_state,
+                    state,
+                    restart_count: c.restart_count,
+                    ..ContainerStatus::default()
+                })
+            })
+            .collect();
+        status.container_statuses = (!kept.is_empty()).then_some(kept);
         status.init_container_statuses = None;
         status.ephemeral_container_statuses = None;
     }

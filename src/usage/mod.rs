@@ -19,6 +19,22 @@ pub struct ContainerKey {
     pub container: String,
 }
 
+/// An OOM kill seen on the pod itself (its container's last termination in the API), not
+/// read from the usage history: known within seconds, where the history learns of it only
+/// once the next scrape and read take it in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedOom {
+    /// The container.
+    pub key: ContainerKey,
+    /// When it was killed, unix seconds.
+    pub at: i64,
+    /// The memory it was killed at, bytes, when known (its memory limit).
+    pub memory: Option<f64>,
+    /// Its memory request when it was killed, bytes: what proved too small, which may
+    /// differ from its workload's template once requests are resized in place.
+    pub request: Option<f64>,
+}
+
 /// A container's usage as read: CPU samples, memory peaks per interval, OOM kills.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerUsage {

@@ -43,8 +43,21 @@ struct HourAcc {
 struct Entry {
     history: ContainerHistory,
     peaks: BTreeMap<i64, f64>,
-    ooms: Vec<(i64, i64)>,
+    ooms: Vec<Oom>,
     hours: BTreeMap<i64, HourAcc>,
+}
+
+/// An OOM kill as pooled.
+#[derive(Debug, Clone, Copy)]
+struct Oom {
+    /// When.
+    at: i64,
+    /// The interval before it whose memory peak measures it, seconds.
+    interval: i64,
+    /// The memory it was killed at, when the pod told it.
+    memory: Option<f64>,
+    /// The request that proved too small, when the pod told it.
+    request: Option<f64>,
 }
 
 /// A workload container's pooled history after a read.
@@ -185,15 +198,18 @@ impl<'a> Pool<'a> {
             for (t, v) in &e.peaks {
                 e.history.add_memory(*t, *v);
             }
-            for (at, interval) in &e.ooms {
+            for oom in &e.ooms {
                 // The working set at the kill is not sampled; the interval's peak is the
-                // closest measurement of it.
+                // closest measurement of it, the limit the pod was killed at a closer one.
                 let peak = e
                     .peaks
-                    .range(at - interval..*at)
+                    .range(oom.at - oom.interval..oom.at)
                     .map(|(_, v)| *v)
-                    .fold(0.0, f64::max);
-                e.history.add_oom(*at, peak);
+                    .fold(oom.memory.unwrap_or(0.0), f64::max);
+                match oom.request {
+                    Some(request) => e.history.add_oom_with_request(oom.at, peak, request),
+                    None => e.history.add_oom(oom.at, peak),
+                }
             }
             let hours = e
                 .hours
@@ -260,8 +276,37 @@ impl UsageSink for Pool<'_> {
 
     fn oom_kill(&mut self, key: &ContainerKey, at: i64, interval: i64) {
         let Some(e) = self.entry(key) else { return };
-        if !e.ooms.iter().any(|(t, _)| *t == at) {
-            e.ooms.push((at, interval));
+        if !e.ooms.iter().any(|o| o.at == at) {
+            e.ooms.push(Oom {
+                at,
+                interval,
+                memory: None,
+                request: None,
+            });
+        }
+    }
+}
+
+impl Pool<'_> {
+    /// Takes in an OOM kill seen on the pod ([`super::ObservedOom`]): paired, as a read
+    /// one is, with the peak of the `interval` seconds before it, and with the memory it
+    /// was killed at when that is known. A kill of a pod of no workload is counted
+    /// unmatched.
+    pub fn observed_oom(&mut self, oom: &super::ObservedOom, interval: i64) {
+        let Some(e) = self.entry(&oom.key) else {
+            return;
+        };
+        match e.ooms.iter_mut().find(|o| o.at == oom.at) {
+            Some(known) => {
+                known.memory = known.memory.or(oom.memory);
+                known.request = known.request.or(oom.request);
+            }
+            None => e.ooms.push(Oom {
+                at: oom.at,
+                interval,
+                memory: oom.memory,
+                request: oom.request,
+            }),
         }
     }
 }
@@ -322,6 +367,7 @@ impl Checkpoint {
 mod tests {
     use super::*;
     use crate::state::Snapshot;
+    use crate::usage::ObservedOom;
 
     const SNAPSHOT: &str = "
 apiVersion: apps/v1
@@ -412,6 +458,77 @@ spec:
             r.reasons
         );
         assert!(r.recommended.memory.expect("memory") as f64 > 600.0e6);
+    }
+
+    #[test]
+    fn an_oom_kill_seen_on_the_pod_bumps_from_what_it_was_killed_at_and_its_request_then() {
+        use crate::rightsizing::recommender::{Context, Requests, recommend};
+        let snapshot = Snapshot::from_yaml("test", SNAPSHOT).expect("snapshot");
+        let workloads = Workloads::from_snapshot(&snapshot);
+        let policy = Policy::default();
+        // Two days of usage peaking at 300 MB; the template still asks 1 GiB, the pods were
+        // resized to 320 MB and one is killed at its 400 MB limit in the last hour, which
+        // no read holds yet.
+        let history = |observed: Option<ObservedOom>| {
+            let mut pool = Pool::new(&workloads, &policy, 0);
+            for h in 0..48 {
+                let t = h * 3600;
+                pool.cpu(&key("web-7d9f8b6c5d-abcde"), &[(t, 0.2)]);
+                pool.memory_peaks(&key("web-7d9f8b6c5d-abcde"), 3600, &[(t, 300.0e6)]);
+            }
+            if let Some(oom) = &observed {
+                pool.observed_oom(oom, 3600);
+                // The same kill read later from the history adds nothing.
+                pool.oom_kill(&oom.key, oom.at, 3600);
+            }
+            let pooled = pool.finish();
+            let current = Requests {
+                cpu: Some(1000),
+                memory: Some(1 << 30),
+                cpu_limit: None,
+                memory_limit: None,
+            };
+            let (_, p) = pooled.into_iter().next().expect("one");
+            recommend(&p.history, current, &policy, &Context::default(), 49 * 3600)
+        };
+        let kill = ObservedOom {
+            key: key("web-7d9f8b6c5d-zzzzz"),
+            at: 48 * 3600 + 1800,
+            memory: Some(400.0e6),
+            request: Some(320.0e6),
+        };
+        let calm = history(None);
+        let killed = history(Some(kill.clone()));
+        let calm_memory = calm.recommended.memory.expect("memory") as f64;
+        let killed_memory = killed.recommended.memory.expect("memory") as f64;
+        assert!(calm_memory < 400.0e6, "{calm_memory}");
+        // Bumped from the 400 MB it was killed at (20%, at least 100 MiB more), not from
+        // the template's 1 GiB nor from the 300 MB peak the history holds.
+        let bump = (400.0e6 * 1.2f64).max(400.0e6 + 100.0 * 1048576.0);
+        assert!(
+            killed_memory >= bump && killed_memory < bump + 1048576.0,
+            "{killed_memory} against {bump}: {:?}",
+            killed.reasons
+        );
+        assert!(
+            killed
+                .reasons
+                .iter()
+                .any(|r| r.contains("after an OOM kill")),
+            "{:?}",
+            killed.reasons
+        );
+        // A kill of a pod of no workload is not taken in.
+        let mut pool = Pool::new(&workloads, &policy, 0);
+        pool.observed_oom(
+            &ObservedOom {
+                key: key("other-1"),
+                ..kill
+            },
+            3600,
+        );
+        assert_eq!(pool.unmatched().len(), 1);
+        assert!(pool.finish().is_empty());
     }
 
     #[test]
