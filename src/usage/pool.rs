@@ -291,9 +291,14 @@ impl Pool<'_> {
     /// Takes in an OOM kill seen on the pod ([`super::ObservedOom`]): paired, as a read
     /// one is, with the peak of the `interval` seconds before it, and with the memory it
     /// was killed at when that is known. A kill of a pod of no workload is counted
-    /// unmatched.
+    /// unmatched; a kill alone is not usage, so a container with no history neither read
+    /// nor resumed is left without one.
     pub fn observed_oom(&mut self, oom: &super::ObservedOom, interval: i64) {
-        let Some(e) = self.entry(&oom.key) else {
+        let Some(workload) = self.workloads.of_pod(&oom.key.namespace, &oom.key.pod) else {
+            self.unmatched.insert(oom.key.clone());
+            return;
+        };
+        let Some(e) = self.entries.get_mut(&(workload, oom.key.container.clone())) else {
             return;
         };
         match e.ooms.iter_mut().find(|o| o.at == oom.at) {
@@ -518,16 +523,18 @@ spec:
             "{:?}",
             killed.reasons
         );
-        // A kill of a pod of no workload is not taken in.
+        // A kill of a pod of no workload is not taken in, nor one of a container with no
+        // usage: a kill alone makes no history.
         let mut pool = Pool::new(&workloads, &policy, 0);
         pool.observed_oom(
             &ObservedOom {
                 key: key("other-1"),
-                ..kill
+                ..kill.clone()
             },
             3600,
         );
         assert_eq!(pool.unmatched().len(), 1);
+        pool.observed_oom(&kill, 3600);
         assert!(pool.finish().is_empty());
     }
 
