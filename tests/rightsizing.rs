@@ -202,6 +202,16 @@ async fn recommendation(cp: &ControlPlane, ns: &str, name: &str) -> Option<Recom
         .flatten()
 }
 
+/// Waits up to `secs` for the Recommendation `name` in `default` to be actionable.
+async fn actionable(cp: &ControlPlane, name: &str, secs: u64) -> Recommendation {
+    let what = format!("{name}'s actionable Recommendation");
+    eventually(Duration::from_secs(secs), &what, || async {
+        let r = recommendation(cp, "default", name).await?;
+        (condition(&r, "Actionable") == Some("True")).then_some(r)
+    })
+    .await
+}
+
 /// The value of a metric line starting with `prefix` in `/metrics` text (0 when absent).
 fn metric(text: &str, prefix: &str) -> f64 {
     text.lines()
@@ -688,11 +698,7 @@ async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa
     let flags = agent_flags(&prometheus, "3s");
     let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
     agent.wait_ready().await;
-    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
-        let r = recommendation(&cp, "default", "deployment-web").await?;
-        (condition(&r, "Actionable") == Some("True")).then_some(r)
-    })
-    .await;
+    let web = actionable(&cp, "deployment-web", 60).await;
     let web_target = recommended_requests(&web);
     assert_ne!(
         web_target,
@@ -773,11 +779,7 @@ async fn an_oom_killed_container_gets_more_memory_within_seconds_not_at_the_next
     let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
     agent.wait_ready().await;
     // The first round sizes web and resizes its pods.
-    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
-        let r = recommendation(&cp, "default", "deployment-web").await?;
-        (condition(&r, "Actionable") == Some("True")).then_some(r)
-    })
-    .await;
+    let web = actionable(&cp, "deployment-web", 60).await;
     let sized = recommended_requests(&web);
     let sized_memory = bytes(&sized["memory"]);
     assert!(sized_memory < bytes("1Gi"), "{sized:?}");
@@ -944,16 +946,8 @@ async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and
         "the caBundle is the Secret's CA"
     );
 
-    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
-        let r = recommendation(&cp, "default", "deployment-web").await?;
-        (condition(&r, "Actionable") == Some("True")).then_some(r)
-    })
-    .await;
-    let api = eventually(Duration::from_secs(30), "api's Recommendation", || async {
-        let r = recommendation(&cp, "default", "deployment-api").await?;
-        (condition(&r, "Actionable") == Some("True")).then_some(r)
-    })
-    .await;
+    let web = actionable(&cp, "deployment-web", 60).await;
+    let api = actionable(&cp, "deployment-api", 30).await;
     let web_target = recommended_requests(&web);
     assert_ne!(web_target, requests("1", "1Gi"), "a change to make");
     assert_ne!(
@@ -1082,18 +1076,7 @@ async fn pending_pods_are_bought_nodes_for_their_recommended_requests_and_recomm
     agent.wait_ready().await;
     let target = |name: &'static str| {
         let cp = &cp;
-        async move {
-            let r = eventually(
-                Duration::from_secs(60),
-                &format!("{name}'s actionable Recommendation"),
-                || async {
-                    let r = recommendation(cp, "default", name).await?;
-                    (condition(&r, "Actionable") == Some("True")).then_some(r)
-                },
-            )
-            .await;
-            recommended_requests(&r)
-        }
+        async move { recommended_requests(&actionable(cp, name, 60).await) }
     };
     let web_target = target("deployment-web").await;
     let api_target = target("deployment-api").await;
@@ -1291,11 +1274,7 @@ async fn two_replicas_serve_the_webhook_with_one_generated_certificate_and_a_mou
             .map(|b| b.0)
     };
     let generated = eventually(Duration::from_secs(30), "the caBundle", ca_bundle).await;
-    eventually(Duration::from_secs(60), "web's Recommendation", || async {
-        let r = recommendation(&cp, "default", "deployment-web").await?;
-        (condition(&r, "Actionable") == Some("True")).then_some(())
-    })
-    .await;
+    actionable(&cp, "deployment-web", 60).await;
     // Whichever replica the Service picks, its certificate verifies against the one CA
     // the configuration publishes, and it patches the pod the same way.
     // (Each replica's stores see the Recommendation a moment after the API server has it.)
@@ -1467,11 +1446,7 @@ async fn a_pod_the_node_cannot_resize_is_evicted_and_comes_back_with_the_recomme
         &[],
     );
     agent.wait_ready().await;
-    let grow = eventually(Duration::from_secs(60), "grow's Recommendation", || async {
-        let r = recommendation(&cp, "default", "deployment-grow").await?;
-        (condition(&r, "Actionable") == Some("True")).then_some(r)
-    })
-    .await;
+    let grow = actionable(&cp, "deployment-grow", 60).await;
     let target = recommended_requests(&grow);
     let cores = tailor::model::quantity::parse_milli(&target["cpu"]).expect("cpu");
     assert!(
@@ -1600,11 +1575,7 @@ async fn in_rolling_restart_mode_the_pod_template_gets_the_requests_and_the_depl
     let flags = agent_flags(&prometheus, "3s");
     let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
     agent.wait_ready().await;
-    let web = eventually(Duration::from_secs(60), "web's Recommendation", || async {
-        let r = recommendation(&cp, "default", "deployment-web").await?;
-        (condition(&r, "Actionable") == Some("True")).then_some(r)
-    })
-    .await;
+    let web = actionable(&cp, "deployment-web", 60).await;
     let target = recommended_requests(&web);
     let requests = |d: &Deployment| -> BTreeMap<String, String> {
         d.spec

@@ -501,11 +501,6 @@ struct GroupKey {
 /// is `OOMKilled`, when it finished, with its memory limit (what it was killed at) and
 /// request then. Pure.
 pub fn oom_kills(pods: &[std::sync::Arc<Pod>]) -> Vec<ObservedOom> {
-    let bytes = |list: Option<&BTreeMap<String, Quantity>>| {
-        list.and_then(|l| l.get("memory"))
-            .and_then(|q| quantity::parse_value(&q.0).ok())
-            .map(|v| v as f64)
-    };
     let mut out = Vec::new();
     for pod in pods {
         let (Some(spec), Some(status)) = (pod.spec.as_ref(), pod.status.as_ref()) else {
@@ -525,7 +520,8 @@ pub fn oom_kills(pods: &[std::sync::Arc<Pod>]) -> Vec<ObservedOom> {
                 .containers
                 .iter()
                 .find(|c| c.name == cs.name)
-                .and_then(|c| c.resources.as_ref());
+                .map(current_requests)
+                .unwrap_or_default();
             out.push(ObservedOom {
                 key: ContainerKey {
                     namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -533,8 +529,8 @@ pub fn oom_kills(pods: &[std::sync::Arc<Pod>]) -> Vec<ObservedOom> {
                     container: cs.name.clone(),
                 },
                 at,
-                memory: bytes(resources.and_then(|r| r.limits.as_ref())),
-                request: bytes(resources.and_then(|r| r.requests.as_ref())),
+                memory: resources.memory_limit.map(|v| v as f64),
+                request: resources.memory.map(|v| v as f64),
             });
         }
     }
