@@ -49,11 +49,22 @@ const HEADROOM_EVERY: SignedDuration = SignedDuration::from_secs(30);
 /// A recommend-only pool is told what buying ahead would launch at most this often.
 const HEADROOM_REPORT_AGAIN: SignedDuration = SignedDuration::from_hours(1);
 
+/// How long a NodeClaim the provisioner created covers its pods before the NodeClaim store
+/// has shown it. A watch that falls behind (a resource version expired, a re-list) can
+/// leave a new claim out of the store for a few seconds; read as gone, it would have its
+/// pods planned, and a node bought for them, a second time.
+const UNSEEN_COVER: SignedDuration = SignedDuration::from_secs(60);
+
 /// Where a pending pod was last planned to land.
 #[derive(Debug, Clone)]
 enum Target {
-    /// A NodeClaim created for it: covered while the claim lives.
-    Claim(String),
+    /// A NodeClaim created for it at `created`: covered while the claim lives, and for
+    /// [`UNSEEN_COVER`] while the store has not shown it yet (`seen`).
+    Claim {
+        name: String,
+        created: Timestamp,
+        seen: bool,
+    },
     /// An existing node or a launching claim, or a recommend-only report: covered until then.
     Until(Timestamp),
 }
@@ -319,12 +330,14 @@ fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now:
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .map(|c| c.name_any())
         .collect();
+    let known: BTreeSet<String> = claims.iter().map(|c| c.name_any()).collect();
     let cover_until = now.checked_add(COVER).unwrap_or(now);
     for target in round.covered.values_mut() {
-        if let Target::Claim(c) = target
-            && live_claims.contains(c.as_str())
-            && !launching.contains(c.as_str())
-        {
+        let Target::Claim { name, seen, .. } = target else {
+            continue;
+        };
+        *seen |= known.contains(name.as_str());
+        if live_claims.contains(name.as_str()) && !launching.contains(name.as_str()) {
             *target = Target::Until(cover_until);
         }
     }
@@ -336,7 +349,13 @@ fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now:
         pending_uids.insert(uid);
         let k = key(pod);
         let covered = match round.covered.get(&k) {
-            Some(Target::Claim(c)) => live_claims.contains(c),
+            Some(Target::Claim {
+                name,
+                created,
+                seen,
+            }) => {
+                live_claims.contains(name) || (!seen && now.duration_since(*created) < UNSEEN_COVER)
+            }
             Some(Target::Until(t)) => now < *t,
             None => false,
         };
@@ -958,9 +977,14 @@ async fn act<C: CloudProvider>(
             Ok(_) => {
                 tracing::info!(nodeclaim = %name, instance_type = %planned.instance_type, pods = planned.pods.len(), "created nodeclaim");
                 for pod in &planned.pods {
-                    round
-                        .covered
-                        .insert(pod.clone(), Target::Claim(name.clone()));
+                    round.covered.insert(
+                        pod.clone(),
+                        Target::Claim {
+                            name: name.clone(),
+                            created: at,
+                            seen: false,
+                        },
+                    );
                     if let Some(since) = pods
                         .get(pod)
                         .and_then(|p| p.uid())
@@ -1140,5 +1164,71 @@ pub fn node_claim_for(
             termination_grace_period: template.spec.termination_grace_period.clone(),
         },
         status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).expect("valid")
+    }
+
+    fn pending(name: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_yaml::from_str(&format!(
+                "metadata: {{name: {name}, namespace: shop, uid: uid-{name}}}\nspec: {{containers: [{{name: app, image: app}}]}}\nstatus:\n  phase: Pending\n  conditions: [{{type: PodScheduled, status: 'False', reason: Unschedulable}}]\n"
+            ))
+            .expect("valid pod"),
+        )
+    }
+
+    fn claim(name: &str) -> Arc<NodeClaim> {
+        Arc::new(
+            serde_yaml::from_str(&format!(
+                "apiVersion: tailor.sh/v1alpha1\nkind: NodeClaim\nmetadata: {{name: {name}}}\nspec:\n  nodeClassRef: {{group: tailor.sh, kind: AKSNodeClass, name: default}}\n"
+            ))
+            .expect("valid nodeclaim"),
+        )
+    }
+
+    fn created_for(round: &mut Round, pod: &str, name: &str, at: Timestamp) {
+        round.covered.insert(
+            format!("shop/{pod}"),
+            Target::Claim {
+                name: name.to_string(),
+                created: at,
+                seen: false,
+            },
+        );
+    }
+
+    #[test]
+    fn a_claim_the_store_has_not_shown_yet_covers_its_pods_and_one_seen_then_gone_does_not() {
+        let pods = [pending("web-1"), pending("web-2")];
+        let mut round = Round::default();
+        created_for(&mut round, "web-1", "default-aaaaa", t(0));
+        created_for(&mut round, "web-2", "default-bbbbb", t(0));
+
+        // The NodeClaim watch fell behind: neither claim is in the store, and neither pod
+        // is planned again.
+        observe(&mut round, &pods, &[], t(5));
+        assert!(round.uncovered.is_empty(), "{:?}", round.uncovered);
+
+        // One claim shows up, launching; the other stays out of the store.
+        observe(&mut round, &pods, &[claim("default-aaaaa")], t(10));
+        assert!(round.uncovered.is_empty(), "{:?}", round.uncovered);
+
+        // The seen claim is deleted (its launch failed): its pod is planned again at once.
+        observe(&mut round, &pods, &[], t(15));
+        assert_eq!(round.uncovered, BTreeSet::from(["shop/web-1".to_string()]));
+
+        // A claim never shown for the whole cover is taken as gone too.
+        observe(&mut round, &pods, &[], t(0) + UNSEEN_COVER);
+        assert_eq!(
+            round.uncovered,
+            BTreeSet::from(["shop/web-1".to_string(), "shop/web-2".to_string()])
+        );
     }
 }
