@@ -793,6 +793,9 @@ pub fn recommend(
             ));
         }
         let mut oom_driven = false;
+        // Killed at its current size (or above it): any increase, whichever rule sets it,
+        // is not held back by the maximum step.
+        let mut killed_at_this_size = false;
         let lower = memory_hist.percentile(lo).unwrap_or(0.0) * memory_margin * lower_narrow;
         let upper = memory_hist.percentile(hi).unwrap_or(0.0) * memory_margin * upper_widen;
         let window_start = now - policy.history_window;
@@ -803,6 +806,10 @@ pub fn recommend(
                 .request
                 .unwrap_or_else(|| current.memory.unwrap_or(0) as f64);
             let at_kill = oom.memory.max(request);
+            // What it was killed at as recorded; the current request stands in only for
+            // the bump, as it may have grown since.
+            let recorded = oom.memory.max(oom.request.unwrap_or(0.0));
+            killed_at_this_size |= current.memory.is_some_and(|m| m as f64 <= recorded);
             let bumped = (at_kill * (1.0 + policy.oom_bump_fraction))
                 .max(at_kill + policy.oom_min_bump as f64);
             if bumped > target {
@@ -844,13 +851,23 @@ pub fn recommend(
         let mib = (1 << 20) as f64;
         let value = (value / mib).ceil() * mib;
         // An increase forced by an OOM kill is not held back by the maximum step: the
-        // container is being killed at its current size.
+        // container is being killed at its current size. Nor is a larger one another rule
+        // sets while the container is killed at that size: stepping towards it would leave
+        // the container below what it needs, and killed again, for several changes.
+        let urgent = oom_driven
+            || (killed_at_this_size && current.memory.is_some_and(|m| value > m as f64));
+        if urgent && !oom_driven {
+            reasons.push(format!(
+                "memory raised in one change: OOM-killed at its current size {}",
+                display_bytes(current.memory.unwrap_or(0))
+            ));
+        }
         let value = settle(
             "memory",
             value,
             current.memory,
             policy,
-            if oom_driven {
+            if urgent {
                 Increase::Urgent
             } else {
                 Increase::Incompressible
@@ -858,7 +875,7 @@ pub fn recommend(
             &mut reasons,
             format_value,
         );
-        memory_urgent = oom_driven;
+        memory_urgent = urgent;
         // Bounds in whole MiB, like the request, so they print as quantities.
         Some(Sized::around(
             value,
@@ -1302,6 +1319,40 @@ mod tests {
             ..r.clone()
         };
         assert_eq!(next_step(now, &calm, 0.5).memory, Some(384 * MIB));
+    }
+
+    #[test]
+    fn killed_at_its_current_size_a_larger_increase_from_another_rule_is_not_stepped_either() {
+        // Peaks of 500 MiB set the target; the container was killed at its 300 MiB limit,
+        // whose bump (400 MiB) is below that target.
+        let mut h = history(3);
+        h.add_oom(2 * DAY, (300 * MIB) as f64);
+        let stepped = Policy {
+            max_step: 0.5,
+            ..policy()
+        };
+        let now = Requests {
+            memory_limit: Some(300 * MIB),
+            ..current(1000, 256 * MIB)
+        };
+        let r = recommend(&h, now, &stepped, &Context::default(), 3 * DAY);
+        let target = r.recommended.memory.expect("memory");
+        assert!(target > 500 * MIB, "{target} {:?}", r.reasons);
+        assert!(r.memory_urgent, "{:?}", r.reasons);
+        assert_eq!(next_step(now, &r, 0.5).memory, Some(target));
+        assert!(
+            r.reasons.iter().any(|w| w.contains("OOM-killed at its current size")),
+            "{:?}",
+            r.reasons
+        );
+        // Grown past the size it was killed at, the next increase is stepped again.
+        let grown = Requests {
+            memory_limit: Some(640 * MIB),
+            ..current(1000, 320 * MIB)
+        };
+        let later = recommend(&h, grown, &stepped, &Context::default(), 3 * DAY);
+        assert!(!later.memory_urgent, "{:?}", later.reasons);
+        assert_eq!(next_step(grown, &later, 0.5).memory, Some(480 * MIB));
     }
 
     #[test]
