@@ -854,8 +854,8 @@ pub fn recommend(
         // container is being killed at its current size. Nor is a larger one another rule
         // sets while the container is killed at that size: stepping towards it would leave
         // the container below what it needs, and killed again, for several changes.
-        let urgent = oom_driven
-            || (killed_at_this_size && current.memory.is_some_and(|m| value > m as f64));
+        let urgent =
+            oom_driven || (killed_at_this_size && current.memory.is_some_and(|m| value > m as f64));
         if urgent && !oom_driven {
             reasons.push(format!(
                 "memory raised in one change: OOM-killed at its current size {}",
@@ -1012,8 +1012,12 @@ fn stepped(current: i64, target: i64, max_step: f64) -> i64 {
 /// The requests to apply next on the way from `current` to a recommendation: each request
 /// moves at most `max_step` (a fraction of the current request) per change, except a memory
 /// increase forced by an OOM kill, which is applied whole (the container is being killed at
-/// its current size). Limits move with their request, keeping the recommended ratio. The
-/// recommendation itself is never cut: this is for actuation only.
+/// its current size). A limit moves with its request, in proportion, from the current
+/// limit to the recommended one (so a policy's ratio is kept, and a kept limit stays), and
+/// is never set below the recommended request: a limit reserves nothing on the node, and
+/// one stepped below the evidence would kill (memory) or throttle (CPU) the container
+/// while its request is on the way. The recommendation itself is never cut: this is for
+/// actuation only.
 pub fn next_step(
     current: Requests,
     recommendation: &ContainerRecommendation,
@@ -1027,19 +1031,40 @@ pub fn next_step(
     };
     let cpu = step(current.cpu, target.cpu, false);
     let memory = step(current.memory, target.memory, recommendation.memory_urgent);
-    let follow = |limit: Option<i64>, request: Option<i64>, applied: Option<i64>| match (
-        limit, request, applied,
-    ) {
-        (Some(l), Some(r), Some(a)) if r > 0 => {
-            Some(((l as f64) * (a as f64) / (r as f64)).ceil() as i64)
-        }
-        (l, _, _) => l,
+    // From (current request, current limit) to (target request, target limit), the
+    // limit in proportion to how far the request moved; at least the target request.
+    let follow = |now: Option<i64>,
+                  limit_now: Option<i64>,
+                  to: Option<i64>,
+                  limit_to: Option<i64>,
+                  applied: Option<i64>| {
+        let limit_to = limit_to?;
+        let limit = match (now, limit_now, to, applied) {
+            (Some(n), Some(ln), Some(t), Some(a)) if t != n => {
+                let moved = (a - n) as f64 / (t - n) as f64;
+                (ln as f64 + (limit_to - ln) as f64 * moved).ceil() as i64
+            }
+            _ => limit_to,
+        };
+        Some(limit.max(to.unwrap_or(0)).max(applied.unwrap_or(0)))
     };
     Requests {
         cpu,
         memory,
-        cpu_limit: follow(target.cpu_limit, target.cpu, cpu),
-        memory_limit: follow(target.memory_limit, target.memory, memory),
+        cpu_limit: follow(
+            current.cpu,
+            current.cpu_limit,
+            target.cpu,
+            target.cpu_limit,
+            cpu,
+        ),
+        memory_limit: follow(
+            current.memory,
+            current.memory_limit,
+            target.memory,
+            target.memory_limit,
+            memory,
+        ),
     }
 }
 
@@ -1341,7 +1366,9 @@ mod tests {
         assert!(r.memory_urgent, "{:?}", r.reasons);
         assert_eq!(next_step(now, &r, 0.5).memory, Some(target));
         assert!(
-            r.reasons.iter().any(|w| w.contains("OOM-killed at its current size")),
+            r.reasons
+                .iter()
+                .any(|w| w.contains("OOM-killed at its current size")),
             "{:?}",
             r.reasons
         );
@@ -1705,6 +1732,45 @@ mod tests {
         let closer = next_step(current(600, 700 * MIB), &r, stepped.max_step);
         assert_eq!(closer.cpu, r.recommended.cpu);
         assert_eq!(closer.memory, r.recommended.memory);
+    }
+
+    #[test]
+    fn a_stepped_change_keeps_a_kept_limit_and_never_sets_a_limit_below_the_target_request() {
+        let h = history(7);
+        let keep = Policy {
+            max_step: 0.5,
+            limits: LimitsPolicy::Keep,
+            ..policy()
+        };
+        // Stepping down from 4 GiB towards 520 MiB: the team's 4 GiB limit stays.
+        let now = current(4000, 4096 * MIB);
+        let r = recommend(&h, now, &keep, &Context::default(), 7 * DAY);
+        assert_eq!(r.recommended.memory_limit, Some(8192 * MIB));
+        let next = next_step(now, &r, keep.max_step);
+        assert_eq!(next.memory, Some(2048 * MIB));
+        assert_eq!(next.memory_limit, Some(8192 * MIB), "a kept limit moved");
+        assert_eq!(next.cpu_limit, Some(8000));
+        // Stepping up from 100 MiB (limit 200 MiB) towards 520 MiB: the request moves half
+        // way, the limit at once to at least the target, or the container would be killed
+        // below what its history needs while the request is on the way.
+        let small = current(4000, 100 * MIB);
+        let up = recommend(&h, small, &keep, &Context::default(), 7 * DAY);
+        assert_eq!(up.recommended.memory, Some(520 * MIB));
+        let next = next_step(small, &up, keep.max_step);
+        assert_eq!(next.memory, Some(150 * MIB));
+        assert!(
+            next.memory_limit >= Some(520 * MIB),
+            "{:?} below the target 520 MiB",
+            next.memory_limit
+        );
+        // The policy's ratio is kept on a partial step (2:1 here).
+        let ratio = Policy {
+            max_step: 0.5,
+            ..policy()
+        };
+        let r = recommend(&h, now, &ratio, &Context::default(), 7 * DAY);
+        let next = next_step(now, &r, ratio.max_step);
+        assert_eq!(next.memory_limit, Some(4096 * MIB));
     }
 
     #[test]
