@@ -1,8 +1,7 @@
 //! The right-sizing use case: a snapshot, a usage source, the policies and `now` in;
-//! a recommendation per workload container out. `tailor recommend` and the agent's
-//! right-sizing controller both call [`recommend_workloads`], so what the CLI reports is
-//! what the cluster gets (the demo sizes its simulated workloads with the same recommender
-//! and the same fleet starvation price).
+//! a recommendation per workload container out. `tailor recommend`, the agent's
+//! right-sizing controller and the demo (over its simulated usage, `sim::usage`) all call
+//! [`recommend_workloads`], so what the CLI reports is what the cluster gets.
 //!
 //! Which policy governs a workload follows the `RightsizingPolicy` rules: a policy of the
 //! workload's own namespace that selects it (by label selector or by name; a policy with
@@ -187,6 +186,16 @@ impl Policies {
                 mode: global_mode,
                 ..Policy::default()
             },
+        }
+    }
+
+    /// Every workload under `policy`, as no policy object selects any (the simulator's
+    /// one policy for its whole cluster).
+    pub fn only(policy: Policy) -> Policies {
+        Policies {
+            namespaced: BTreeMap::new(),
+            default: None,
+            fallback: policy,
         }
     }
 

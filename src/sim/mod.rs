@@ -3,4 +3,5 @@
 
 pub mod scenario;
 pub mod traces;
+pub mod usage;
 pub mod world;

@@ -12,6 +12,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Taint;
 
 use super::scenario::{Kind, Scenario};
+use super::usage::Recorded;
 use crate::apis::labels;
 use crate::apis::nodepool::BudgetNodes;
 use crate::clock::{Clock, VirtualClock};
@@ -25,11 +26,18 @@ use crate::disruption::controller::{
 use crate::disruption::{self, Cluster, NodeMeta};
 use crate::model::{CapacityType, Dimension, InstanceType, Requirement, Resources};
 use crate::provisioning::{self, Batcher, Mode, Provisioner};
-use crate::rightsizing::{ContainerHistory, Context, Policy, Prices, Requests, recommend};
+use crate::rightsizing::service::{
+    Policies, Request as ServiceRequest, Resume, recommend_workloads,
+};
+use crate::rightsizing::{ContainerRecommendation, Context, Policy, Prices, Requests};
 use crate::scheduling::input::default_pool;
 use crate::scheduling::{DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
+use crate::state::Snapshot;
 use crate::telemetry::Metrics;
 use crate::telemetry::names::{Controller, RecommendationState, SavingsSource, Stage, Usage, When};
+use crate::usage::pool::Checkpoint;
+use crate::usage::workloads::{Workload, Workloads};
+use crate::usage::{ContainerKey, ObservedOom};
 
 /// The simulated cloud, with every call metered as the agent's is.
 type Cloud = MeteredCloud<SimulatedAzure>;
@@ -309,6 +317,8 @@ pub struct RunResult {
 #[derive(Debug, Clone)]
 struct SimPod {
     key: String,
+    /// The pod's number within its workload: its name in the usage history.
+    ordinal: u64,
     workload: usize,
     node: Option<String>,
     running: bool,
@@ -357,7 +367,15 @@ struct World<'a> {
     next_ordinal: Vec<u64>,
     /// Labels of claims launched by the provisioner, until their node registers.
     launching: BTreeMap<String, BTreeMap<String, String>>,
-    histories: Vec<ContainerHistory>,
+    /// What the pods used, served to right-sizing as Prometheus serves a cluster's.
+    usage: Recorded,
+    /// Per workload, the right-sizing state the last round left (as the agent keeps it in
+    /// each Recommendation): a round reads only the usage after it.
+    checkpoints: BTreeMap<Workload, Checkpoint>,
+    /// OOM kills the pods showed since the last round, as the agent reads them.
+    observed: Vec<ObservedOom>,
+    /// Pods OOM-killed in this step, to be answered.
+    killed: Vec<String>,
     /// Per workload: OOM kills, evictions and the reasons of the last change.
     oom_by_workload: Vec<u64>,
     evicted_by_workload: Vec<usize>,
@@ -398,6 +416,20 @@ struct World<'a> {
     clock: VirtualClock,
     /// Seconds the simulated cloud takes from creating a VM to running it.
     launch_latency: i64,
+}
+
+/// The container name of every simulated workload's one container.
+const USAGE_CONTAINER: &str = "app";
+
+/// A pod's container in the usage history, named as a Deployment's pods are
+/// (`<workload>-<hash>-<5 characters>`), so right-sizing maps it to its workload as it maps
+/// a cluster's pods.
+fn usage_key(w: &super::scenario::Workload, ordinal: u64) -> ContainerKey {
+    ContainerKey {
+        namespace: w.namespace.clone(),
+        pod: format!("{}-5c4d9b8f7-{:05}", w.name, ordinal % 100_000),
+        container: USAGE_CONTAINER.to_string(),
+    }
 }
 
 fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
@@ -526,6 +558,7 @@ impl World<'_> {
         let running = node.is_some();
         self.pods.push(SimPod {
             key,
+            ordinal,
             workload: w,
             node,
             running,
@@ -927,7 +960,8 @@ impl World<'_> {
         }
     }
 
-    /// One step of usage: histories learn, pods past their memory limit are OOM-killed.
+    /// One step of usage: the usage is recorded, pods past their memory limit are OOM-killed
+    /// (answered by [`World::answer_ooms`]).
     fn usage(&mut self) -> (f64, f64) {
         let i = ((self.now - self.scenario.start) / self.scenario.step).max(0) as usize;
         let (mut cpu_used, mut mem_used) = (0.0, 0.0);
@@ -950,16 +984,21 @@ impl World<'_> {
             let used = self.used_by_namespace.entry(namespace.clone()).or_default();
             used.0 += cpu;
             used.1 += mem;
-            let h = &mut self.histories[p.workload];
-            h.add_cpu(self.now, cpu);
-            h.add_memory(self.now, mem);
+            let key = usage_key(&self.scenario.workloads[p.workload], p.ordinal);
+            self.usage.record(&key, self.now, cpu, mem);
             if mem > p.memory_limit as f64 {
                 self.ooms += 1;
                 if let Some(m) = &self.metrics {
                     m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
                 }
                 self.oom_by_workload[p.workload] += 1;
-                h.add_oom_with_request(self.now, mem, p.memory as f64);
+                self.usage.oom_kill(&key, self.now);
+                self.observed.push(ObservedOom {
+                    key,
+                    at: self.now,
+                    memory: Some(mem),
+                    request: Some(p.memory as f64),
+                });
                 killed.push(p.key.clone());
             } else if let Some(node) = &p.node {
                 let n = on_node.entry(node.clone()).or_default();
@@ -995,42 +1034,162 @@ impl World<'_> {
                     m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
                 }
                 self.oom_by_workload[p.workload] += 1;
-                self.histories[p.workload].add_oom_with_request(self.now, mem, p.memory as f64);
+                let usage = usage_key(&self.scenario.workloads[p.workload], p.ordinal);
+                self.usage.oom_kill(&usage, self.now);
+                self.observed.push(ObservedOom {
+                    key: usage,
+                    at: self.now,
+                    memory: Some(mem),
+                    request: Some(p.memory as f64),
+                });
                 killed.push(key);
             }
         }
-        // Tailor reacts to an OOM kill at once: the workload's memory is bumped and the
-        // container restarts at the new size (in place when its node has room, otherwise
-        // the pod is recreated elsewhere).
-        if self.settings.applies_rightsizing() {
-            for key in killed {
-                let Some(i) = self.pods.iter().position(|p| p.key == key) else {
-                    continue;
-                };
-                let w = self.pods[i].workload;
-                let next = self.resize_workload(w, true).unwrap_or(self.sizes[w]);
-                let left = self.resize_in_place(w, next);
-                // The killed container cannot restart at its old size: without room on
-                // its node, the pod is recreated elsewhere.
-                if left.contains(&key)
-                    && let Some(p) = self.pods.iter_mut().find(|p| p.key == key)
-                {
-                    p.cpu = next.cpu;
-                    p.memory = next.memory;
-                    p.memory_limit = next.memory_limit;
-                    p.node = None;
-                    p.running = false;
-                    p.pending_since = Some(self.now);
-                    p.pending_cause = "oom-moved";
-                }
-            }
-        }
+        self.killed = killed;
         (cpu_used, mem_used)
     }
 
-    /// Sizes workload `w` from its history now; with `oom`, only a memory increase is
+    /// Tailor answers an OOM kill at once, as the agent does when a pod shows one: a
+    /// round, from which the killed workload's memory is bumped and the container restarts
+    /// at the new size (in place when its node has room, otherwise the pod is recreated
+    /// elsewhere).
+    async fn answer_ooms(&mut self) {
+        let killed = std::mem::take(&mut self.killed);
+        if killed.is_empty() || !self.settings.applies_rightsizing() {
+            return;
+        }
+        let recommendations = self.recommendations().await;
+        for key in killed {
+            let Some(i) = self.pods.iter().position(|p| p.key == key) else {
+                continue;
+            };
+            let w = self.pods[i].workload;
+            let next = recommendations[w]
+                .clone()
+                .and_then(|r| self.take(w, r, true))
+                .unwrap_or(self.sizes[w]);
+            let left = self.resize_in_place(w, next);
+            // The killed container cannot restart at its old size: without room on
+            // its node, the pod is recreated elsewhere.
+            if left.contains(&key)
+                && let Some(p) = self.pods.iter_mut().find(|p| p.key == key)
+            {
+                p.cpu = next.cpu;
+                p.memory = next.memory;
+                p.memory_limit = next.memory_limit;
+                p.node = None;
+                p.running = false;
+                p.pending_since = Some(self.now);
+                p.pending_cause = "oom-moved";
+            }
+        }
+    }
+
+    /// The workloads as the right-sizing service reads them: a Deployment each, its
+    /// template asking the workload's current size.
+    fn rightsizing_snapshot(&self) -> Snapshot {
+        use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+        use k8s_openapi::api::core::v1::{
+            Container, PodSpec, PodTemplateSpec, ResourceRequirements,
+        };
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let mut snapshot = Snapshot::default();
+        for (w, s) in self.scenario.workloads.iter().zip(&self.sizes) {
+            let list = |pairs: &[(&str, String)]| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.clone())))
+                    .collect::<BTreeMap<_, _>>()
+            };
+            let container = Container {
+                name: USAGE_CONTAINER.to_string(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(list(&[
+                        ("cpu", format!("{}m", s.cpu)),
+                        ("memory", s.memory.to_string()),
+                    ])),
+                    limits: Some(list(&[("memory", s.memory_limit.to_string())])),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            };
+            snapshot.deployments.push(Deployment {
+                metadata: ObjectMeta {
+                    name: Some(w.name.clone()),
+                    namespace: Some(w.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(DeploymentSpec {
+                    template: PodTemplateSpec {
+                        spec: Some(PodSpec {
+                            containers: vec![container],
+                            ..PodSpec::default()
+                        }),
+                        ..PodTemplateSpec::default()
+                    },
+                    ..DeploymentSpec::default()
+                }),
+                ..Deployment::default()
+            });
+        }
+        snapshot
+    }
+
+    /// A right-sizing round through the service the agent's controller runs: the usage
+    /// since each workload's checkpoint and the OOM kills the pods showed, all workloads
+    /// sized together under the run's policy. Per workload, its recommendation.
+    async fn recommendations(&mut self) -> Vec<Option<ContainerRecommendation>> {
+        let snapshot = self.rightsizing_snapshot();
+        let workloads = Workloads::from_snapshot(&snapshot);
+        let policies = Policies::only(self.settings.policy.clone());
+        let observed = std::mem::take(&mut self.observed);
+        let outcome = recommend_workloads(
+            &self.usage,
+            ServiceRequest {
+                snapshot: &snapshot,
+                workloads: &workloads,
+                policies: &policies,
+                namespaces: &[],
+                history: None,
+                step: self.scenario.step,
+                now: self.now,
+                largest_node: self.context.largest_node,
+                prices: self.context.prices,
+                resume: Resume::PerWorkload(std::mem::take(&mut self.checkpoints)),
+                keep_hours: false,
+                ooms: &observed,
+            },
+        )
+        .await;
+        // The recorded source cannot fail; were it to, the round would leave every size.
+        let Ok(outcome) = outcome else {
+            return vec![None; self.scenario.workloads.len()];
+        };
+        self.checkpoints = outcome.checkpoints;
+        if let Some(until) = self.checkpoints.values().map(|c| c.until).min() {
+            self.usage.forget_before(until);
+        }
+        let index: BTreeMap<(&str, &str), usize> = self
+            .scenario
+            .workloads
+            .iter()
+            .enumerate()
+            .map(|(i, w)| ((w.namespace.as_str(), w.name.as_str()), i))
+            .collect();
+        let mut out = vec![None; self.scenario.workloads.len()];
+        for c in outcome.containers {
+            if let Some(&i) = index.get(&(c.workload.namespace.as_str(), c.workload.name.as_str()))
+            {
+                out[i] = Some(c.recommendation);
+            }
+        }
+        out
+    }
+
+    /// Takes workload `w`'s recommendation `r`; with `oom`, only a memory increase is
     /// taken. Returns the new size when it changed.
-    fn resize_workload(&mut self, w: usize, oom: bool) -> Option<Sizes> {
+    fn take(&mut self, w: usize, r: ContainerRecommendation, oom: bool) -> Option<Sizes> {
         let s = self.sizes[w];
         let current = Requests {
             cpu: Some(s.cpu),
@@ -1038,13 +1197,6 @@ impl World<'_> {
             cpu_limit: None,
             memory_limit: Some(s.memory_limit),
         };
-        let r = recommend(
-            &self.histories[w],
-            current,
-            &self.settings.policy,
-            &self.context,
-            self.now,
-        );
         if !oom {
             self.last_recommendation[w] = r
                 .recommended
@@ -1083,16 +1235,14 @@ impl World<'_> {
     /// A right-sizing round: recommendations for every workload; in autonomous mode the
     /// actionable ones become the workload's size and running pods are resized in place
     /// where their node has room.
-    fn rightsize(&mut self) -> usize {
+    async fn rightsize(&mut self) -> usize {
         let started = std::time::Instant::now();
-        // The workloads are sized together, as the agent sizes the containers of one policy.
-        self.context.cpu_starvation_price =
-            crate::rightsizing::cpu_starvation_price(&self.histories, &self.settings.policy);
+        let recommendations = self.recommendations().await;
         let mut changed = 0;
         let mut available = 0.0;
-        for w in 0..self.scenario.workloads.len() {
+        for (w, r) in recommendations.into_iter().enumerate() {
             let before = self.sizes[w];
-            let Some(next) = self.resize_workload(w, false) else {
+            let Some(next) = r.and_then(|r| self.take(w, r, false)) else {
                 continue;
             };
             changed += 1;
@@ -1440,11 +1590,11 @@ pub async fn run(
             .collect(),
         next_ordinal: vec![0; scenario.workloads.len()],
         launching: BTreeMap::new(),
-        histories: scenario
-            .workloads
-            .iter()
-            .map(|_| ContainerHistory::new(&settings.policy, scenario.start))
-            .collect(),
+        // Memory is read at the usage step: each sample is its own peak.
+        usage: Recorded::new(scenario.step),
+        checkpoints: BTreeMap::new(),
+        observed: Vec::new(),
+        killed: Vec::new(),
         oom_by_workload: vec![0; scenario.workloads.len()],
         evicted_by_workload: vec![0; scenario.workloads.len()],
         last_reasons: vec![Vec::new(); scenario.workloads.len()],
@@ -1580,8 +1730,9 @@ pub async fn run(
             m.set_pods_pending(world.pods.iter().filter(|p| p.node.is_none()).count());
         }
         let (cpu_used, mem_used) = world.usage();
+        world.answer_ooms().await;
         if since >= 86_400 && since % settings.rightsizing_every == 0 {
-            recommended = world.rightsize();
+            recommended = world.rightsize().await;
         }
         if since % settings.disruption_every == 0
             && !disrupter.busy()
