@@ -1088,6 +1088,14 @@ mod tests {
         }
     }
 
+    /// [`policy`] with a 50% maximum step per change, the default's.
+    fn stepped_policy() -> Policy {
+        Policy {
+            max_step: 0.5,
+            ..policy()
+        }
+    }
+
     /// `days` of minute samples of a daily cycle between `low` and `high` cores, when
     /// `burst` is `None`; otherwise `low` cores with `high`-core bursts every `burst`
     /// minutes. Memory flat at 500 MiB.
@@ -1329,10 +1337,7 @@ mod tests {
     fn an_oom_driven_increase_is_not_held_back_by_the_maximum_step() {
         let mut h = history(3);
         h.add_oom(2 * DAY, (900 * MIB) as f64);
-        let stepped = Policy {
-            max_step: 0.5,
-            ..policy()
-        };
+        let stepped = stepped_policy();
         let now = current(1000, 256 * MIB);
         let r = recommend(&h, now, &stepped, &Context::default(), 3 * DAY);
         assert_eq!(r.recommended.memory, Some(1080 * MIB), "{:?}", r.reasons);
@@ -1352,10 +1357,7 @@ mod tests {
         // whose bump (400 MiB) is below that target.
         let mut h = history(3);
         h.add_oom(2 * DAY, (300 * MIB) as f64);
-        let stepped = Policy {
-            max_step: 0.5,
-            ..policy()
-        };
+        let stepped = stepped_policy();
         let now = Requests {
             memory_limit: Some(300 * MIB),
             ..current(1000, 256 * MIB)
@@ -1705,10 +1707,7 @@ mod tests {
     #[test]
     fn the_maximum_step_limits_the_applied_change_but_not_the_reported_target() {
         let h = history(7);
-        let stepped = Policy {
-            max_step: 0.5,
-            ..policy()
-        };
+        let stepped = stepped_policy();
         let now = current(4000, 4096 * MIB);
         let r = recommend(&h, now, &stepped, &Context::default(), 7 * DAY);
         // The target is reported whole (about 0.45 cores and 520 MiB)...
@@ -1738,9 +1737,8 @@ mod tests {
     fn a_stepped_change_keeps_a_kept_limit_and_never_sets_a_limit_below_the_target_request() {
         let h = history(7);
         let keep = Policy {
-            max_step: 0.5,
             limits: LimitsPolicy::Keep,
-            ..policy()
+            ..stepped_policy()
         };
         // Stepping down from 4 GiB towards 520 MiB: the team's 4 GiB limit stays.
         let now = current(4000, 4096 * MIB);
@@ -1764,10 +1762,7 @@ mod tests {
             next.memory_limit
         );
         // The policy's ratio is kept on a partial step (2:1 here).
-        let ratio = Policy {
-            max_step: 0.5,
-            ..policy()
-        };
+        let ratio = stepped_policy();
         let r = recommend(&h, now, &ratio, &Context::default(), 7 * DAY);
         let next = next_step(now, &r, ratio.max_step);
         assert_eq!(next.memory_limit, Some(4096 * MIB));
@@ -1790,10 +1785,7 @@ mod tests {
                 Context::default(),
             ),
             (
-                Policy {
-                    max_step: 0.5,
-                    ..policy()
-                },
+                stepped_policy(),
                 current(4000, 4096 * MIB),
                 Context::default(),
             ),

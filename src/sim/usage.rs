@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::future::{Future, ready};
 
-use crate::usage::{ContainerKey, ReadStats, UsageError, UsageQuery, UsageSink, UsageSource};
+use crate::usage::{
+    ContainerKey, ObservedOom, ReadStats, UsageError, UsageQuery, UsageSink, UsageSource,
+};
 
 /// What one container used.
 #[derive(Debug, Default)]
@@ -43,9 +45,22 @@ impl Recorded {
         s.memory.push((t, bytes));
     }
 
-    /// Records an OOM kill of a container at `t`.
-    pub fn oom_kill(&mut self, key: &ContainerKey, t: i64) {
+    /// Records an OOM kill of a container at `t`, at `memory` bytes with `request` bytes
+    /// requested; returns the kill as its pod shows it ([`ObservedOom`]).
+    pub fn oom_kill(
+        &mut self,
+        key: ContainerKey,
+        t: i64,
+        memory: f64,
+        request: f64,
+    ) -> ObservedOom {
         self.series.entry(key.clone()).or_default().ooms.push(t);
+        ObservedOom {
+            key,
+            at: t,
+            memory: Some(memory),
+            request: Some(request),
+        }
     }
 
     /// Drops everything before `t`: what every reader has already taken in.
@@ -148,7 +163,11 @@ mod tests {
             );
         }
         r.record(&key("other", "db-1"), 300, 1.0, 1.0);
-        r.oom_kill(&key("shop", "web-1"), 4000);
+        let shown = r.oom_kill(key("shop", "web-1"), 4000, 13e6, 10e6);
+        assert_eq!(
+            (shown.at, shown.memory, shown.request),
+            (4000, Some(13e6), Some(10e6))
+        );
         let query = UsageQuery {
             namespaces: vec!["shop".into()],
             start: 0,

@@ -992,13 +992,8 @@ impl World<'_> {
                     m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
                 }
                 self.oom_by_workload[p.workload] += 1;
-                self.usage.oom_kill(&key, self.now);
-                self.observed.push(ObservedOom {
-                    key,
-                    at: self.now,
-                    memory: Some(mem),
-                    request: Some(p.memory as f64),
-                });
+                let shown = self.usage.oom_kill(key, self.now, mem, p.memory as f64);
+                self.observed.push(shown);
                 killed.push(p.key.clone());
             } else if let Some(node) = &p.node {
                 let n = on_node.entry(node.clone()).or_default();
@@ -1035,13 +1030,8 @@ impl World<'_> {
                 }
                 self.oom_by_workload[p.workload] += 1;
                 let usage = usage_key(&self.scenario.workloads[p.workload], p.ordinal);
-                self.usage.oom_kill(&usage, self.now);
-                self.observed.push(ObservedOom {
-                    key: usage,
-                    at: self.now,
-                    memory: Some(mem),
-                    request: Some(p.memory as f64),
-                });
+                let shown = self.usage.oom_kill(usage, self.now, mem, p.memory as f64);
+                self.observed.push(shown);
                 killed.push(key);
             }
         }
