@@ -11,6 +11,9 @@
 //! controller, so applying it would take it over.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod, Secret, Taint};
@@ -58,6 +61,14 @@ pub enum WriteError {
         #[source]
         source: kube::Error,
     },
+    /// A cluster other than an API server (the demo's simulated one) refused the write.
+    #[error("{what}: {message}")]
+    Refused {
+        /// The write.
+        what: String,
+        /// Why.
+        message: String,
+    },
 }
 
 impl WriteError {
@@ -67,7 +78,7 @@ impl WriteError {
             WriteError::NotLeader { .. } => "not_leader",
             WriteError::EvictionRefused { .. } => "eviction_refused",
             WriteError::Conflict { .. } => "conflict",
-            WriteError::Api { .. } => "api",
+            WriteError::Api { .. } | WriteError::Refused { .. } => "api",
         }
     }
 }
@@ -75,12 +86,119 @@ impl WriteError {
 /// Result alias for writes.
 pub type Result<T> = std::result::Result<T, WriteError>;
 
-/// The agent's only way to change the cluster.
+/// What the agent's writes need of a cluster: a Kubernetes API server behind a kube client
+/// ([`KubeApi`]), or the demo's simulated cluster. Each operation has the semantics of the
+/// API call [`KubeApi`] makes for it; a write to an object that is gone succeeds (there is
+/// nothing left to change), except where a method says otherwise. Leadership is the
+/// [`Writer`]'s concern, not the cluster's.
+#[async_trait]
+pub trait ClusterApi: Send + Sync {
+    /// See [`Writer::ensure_secret`].
+    async fn ensure_secret(
+        &self,
+        namespace: &str,
+        wanted: &Secret,
+        current: &(dyn for<'s> Fn(&'s Secret) -> bool + Send + Sync),
+    ) -> Result<Secret>;
+    /// See [`Writer::apply_webhook_configuration`].
+    async fn apply_webhook_configuration(
+        &self,
+        configuration: &MutatingWebhookConfiguration,
+    ) -> Result<()>;
+    /// See [`Writer::apply_node_claim`].
+    async fn apply_node_claim(&self, claim: &NodeClaim) -> Result<NodeClaim>;
+    /// See [`Writer::label_node_claim`].
+    async fn label_node_claim(&self, name: &str, labels: &BTreeMap<String, String>)
+    -> Result<()>;
+    /// See [`Writer::apply_node_claim_status`].
+    async fn apply_node_claim_status(
+        &self,
+        name: &str,
+        step: &str,
+        status: &NodeClaimStatus,
+    ) -> Result<()>;
+    /// See [`Writer::config_map_value`].
+    async fn config_map_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<String>>;
+    /// See [`Writer::apply_config_map_value`].
+    async fn apply_config_map_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()>;
+    /// See [`Writer::apply_node_pool_status`].
+    async fn apply_node_pool_status(&self, name: &str, status: &NodePoolStatus) -> Result<()>;
+    /// See [`Writer::apply_recommendation`].
+    async fn apply_recommendation(&self, recommendation: &Recommendation) -> Result<()>;
+    /// See [`Writer::apply_recommendation_status`].
+    async fn apply_recommendation_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &RecommendationStatus,
+    ) -> Result<()>;
+    /// See [`Writer::apply_rightsizing_policy_status`].
+    async fn apply_rightsizing_policy_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &RightsizingPolicyStatus,
+    ) -> Result<()>;
+    /// See [`Writer::delete_node_claim`].
+    async fn delete_node_claim(&self, name: &str) -> Result<()>;
+    /// See [`Writer::annotate_node_claim`].
+    async fn annotate_node_claim(
+        &self,
+        name: &str,
+        annotations: &BTreeMap<&str, Option<String>>,
+    ) -> Result<()>;
+    /// See [`Writer::remove_node_claim_finalizer`].
+    async fn remove_node_claim_finalizer(&self, claim: &NodeClaim, finalizer: &str) -> Result<()>;
+    /// See [`Writer::patch_node`].
+    async fn patch_node(
+        &self,
+        node: &Node,
+        taints: &[Taint],
+        labels: &BTreeMap<String, String>,
+        finalizers: &[String],
+    ) -> Result<()>;
+    /// See [`Writer::fresh_node`].
+    async fn fresh_node(&self, name: &str) -> Result<Option<Node>>;
+    /// See [`Writer::delete_node`].
+    async fn delete_node(&self, name: &str) -> Result<()>;
+    /// See [`Writer::evict`].
+    async fn evict(&self, pod: &Pod) -> Result<()>;
+    /// See [`Writer::nominate`].
+    async fn nominate(&self, namespace: &str, name: &str, node: &str) -> Result<()>;
+    /// See [`Writer::resize_pod`].
+    async fn resize_pod(&self, resize: &crate::actuation::Resize) -> Result<()>;
+    /// See [`Writer::apply_workload_template`].
+    async fn apply_workload_template(&self, body: &serde_json::Value) -> Result<()>;
+    /// See [`Writer::delete_pod`].
+    async fn delete_pod(&self, pod: &Pod) -> Result<()>;
+    /// See [`Writer::event`].
+    async fn event(
+        &self,
+        object: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    );
+}
+
+/// The agent's only way to change the cluster: every write checks leadership, then goes to
+/// the cluster's [`ClusterApi`].
 #[derive(Clone)]
 pub struct Writer {
-    client: Client,
+    api: Arc<dyn ClusterApi>,
     leader: watch::Receiver<bool>,
-    recorder: Recorder,
 }
 
 fn api_error(what: String) -> impl FnOnce(kube::Error) -> WriteError {
@@ -95,20 +213,15 @@ fn is_not_found(e: &kube::Error) -> bool {
 }
 
 impl Writer {
-    /// A writer that acts while `leader` says so; events are reported as `instance`.
+    /// A writer to the API server behind `client` that acts while `leader` says so; events
+    /// are reported as `instance`.
     pub fn new(client: Client, leader: watch::Receiver<bool>, instance: &str) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "tailor".to_string(),
-                instance: Some(instance.to_string()),
-            },
-        );
-        Writer {
-            client,
-            leader,
-            recorder,
-        }
+        Writer::with_api(Arc::new(KubeApi::new(client, instance)), leader)
+    }
+
+    /// A writer to any cluster that acts while `leader` says so.
+    pub fn with_api(api: Arc<dyn ClusterApi>, leader: watch::Receiver<bool>) -> Self {
+        Writer { api, leader }
     }
 
     /// Whether this replica holds the lease now.
@@ -124,10 +237,6 @@ impl Writer {
         }
     }
 
-    fn apply_params() -> PatchParams {
-        PatchParams::apply(FIELD_MANAGER).force()
-    }
-
     /// The Secret `namespace/name` when `current` accepts it; else `wanted` written in its
     /// place (created, or replaced guarded by its resourceVersion). When another replica
     /// writes it first, its Secret is read back and used, so all replicas end with one.
@@ -136,7 +245,273 @@ impl Writer {
         &self,
         namespace: &str,
         wanted: &Secret,
-        current: impl Fn(&Secret) -> bool,
+        current: impl Fn(&Secret) -> bool + Send + Sync,
+    ) -> Result<Secret> {
+        self.api.ensure_secret(namespace, wanted, &current).await
+    }
+
+    /// Applies the admission webhook's configuration (server-side apply). Any replica,
+    /// leader or not: every replica applies the same content.
+    pub async fn apply_webhook_configuration(
+        &self,
+        configuration: &MutatingWebhookConfiguration,
+    ) -> Result<()> {
+        self.api.apply_webhook_configuration(configuration).await
+    }
+
+    /// Creates (or re-applies) a NodeClaim.
+    pub async fn apply_node_claim(&self, claim: &NodeClaim) -> Result<NodeClaim> {
+        self.check(|| format!("apply nodeclaim {}", claim.name_any()))?;
+        self.api.apply_node_claim(claim).await
+    }
+
+    /// Applies labels to a NodeClaim (what the launch learnt: type, zone, capacity type).
+    pub async fn label_node_claim(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        self.check(|| format!("label nodeclaim {name}"))?;
+        self.api.label_node_claim(name, labels).await
+    }
+
+    /// Applies the part of a NodeClaim's status one lifecycle step owns (`step` names the
+    /// field manager, `tailor-<step>`), leaving the other steps' conditions alone.
+    pub async fn apply_node_claim_status(
+        &self,
+        name: &str,
+        step: &str,
+        status: &NodeClaimStatus,
+    ) -> Result<()> {
+        self.check(|| format!("status of nodeclaim {name}"))?;
+        self.api.apply_node_claim_status(name, step, status).await
+    }
+
+    /// One key of the ConfigMap `namespace/name` where the agent keeps state across
+    /// restarts and leaders; `None` when the ConfigMap or the key does not exist. Any
+    /// replica: a new leader reads what the last one kept.
+    pub async fn config_map_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<String>> {
+        self.api.config_map_value(namespace, name, key).await
+    }
+
+    /// Keeps `value` under `key` of the ConfigMap `namespace/name` (server-side apply,
+    /// which creates it the first time).
+    pub async fn apply_config_map_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
+        self.check(|| format!("apply configmap {namespace}/{name}"))?;
+        self.api
+            .apply_config_map_value(namespace, name, key, value)
+            .await
+    }
+
+    /// Applies a NodePool's status (its conditions).
+    pub async fn apply_node_pool_status(&self, name: &str, status: &NodePoolStatus) -> Result<()> {
+        self.check(|| format!("status of nodepool {name}"))?;
+        self.api.apply_node_pool_status(name, status).await
+    }
+
+    /// Creates or re-applies a Recommendation's metadata (its owner reference to the
+    /// workload, so it is garbage-collected with it) and spec.
+    pub async fn apply_recommendation(&self, recommendation: &Recommendation) -> Result<()> {
+        self.check(|| {
+            format!(
+                "apply recommendation {}/{}",
+                recommendation.namespace().unwrap_or_default(),
+                recommendation.name_any()
+            )
+        })?;
+        self.api.apply_recommendation(recommendation).await
+    }
+
+    /// Applies a Recommendation's status.
+    pub async fn apply_recommendation_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &RecommendationStatus,
+    ) -> Result<()> {
+        self.check(|| format!("status of recommendation {namespace}/{name}"))?;
+        self.api
+            .apply_recommendation_status(namespace, name, status)
+            .await
+    }
+
+    /// Applies a RightsizingPolicy's status (Ready, and how many workloads it governs).
+    pub async fn apply_rightsizing_policy_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &RightsizingPolicyStatus,
+    ) -> Result<()> {
+        self.check(|| format!("status of rightsizingpolicy {namespace}/{name}"))?;
+        self.api
+            .apply_rightsizing_policy_status(namespace, name, status)
+            .await
+    }
+
+    /// Deletes a NodeClaim (its finalizer then drains and terminates the node).
+    pub async fn delete_node_claim(&self, name: &str) -> Result<()> {
+        self.check(|| format!("delete nodeclaim {name}"))?;
+        self.api.delete_node_claim(name).await
+    }
+
+    /// Sets (`Some`) or removes (`None`) annotations of a NodeClaim.
+    pub async fn annotate_node_claim(
+        &self,
+        name: &str,
+        annotations: &BTreeMap<&str, Option<String>>,
+    ) -> Result<()> {
+        self.check(|| format!("annotate nodeclaim {name}"))?;
+        self.api.annotate_node_claim(name, annotations).await
+    }
+
+    /// Removes `finalizer` from a NodeClaim, guarded by the version that was read
+    /// ([`WriteError::Conflict`] when it changed since).
+    pub async fn remove_node_claim_finalizer(
+        &self,
+        claim: &NodeClaim,
+        finalizer: &str,
+    ) -> Result<()> {
+        self.check(|| format!("finalizer of nodeclaim {}", claim.name_any()))?;
+        self.api.remove_node_claim_finalizer(claim, finalizer).await
+    }
+
+    /// Sets a Node's taints, adds labels and sets its finalizers, guarded by the version
+    /// that was read ([`WriteError::Conflict`] when it changed since).
+    pub async fn patch_node(
+        &self,
+        node: &Node,
+        taints: &[Taint],
+        labels: &BTreeMap<String, String>,
+        finalizers: &[String],
+    ) -> Result<()> {
+        self.check(|| format!("patch node {}", node.name_any()))?;
+        self.api.patch_node(node, taints, labels, finalizers).await
+    }
+
+    /// The Node as the API server has it now, for a write retried after a conflict (the
+    /// stores may lag behind). `None` when it is gone.
+    pub async fn fresh_node(&self, name: &str) -> Result<Option<Node>> {
+        self.api.fresh_node(name).await
+    }
+
+    /// Deletes a Node object.
+    pub async fn delete_node(&self, name: &str) -> Result<()> {
+        self.check(|| format!("delete node {name}"))?;
+        self.api.delete_node(name).await
+    }
+
+    /// Evicts a pod through the Eviction API, so PodDisruptionBudgets are honoured
+    /// ([`WriteError::EvictionRefused`] when one allows no disruption now).
+    pub async fn evict(&self, pod: &Pod) -> Result<()> {
+        self.check(|| {
+            format!(
+                "evict pod {}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            )
+        })?;
+        self.api.evict(pod).await
+    }
+
+    /// Records on a pending pod the node Tailor planned it onto (`status.nominatedNodeName`,
+    /// KEP-5278): kube-scheduler then holds that node's room for the pod and tries the
+    /// node first, so pods bind where the plan put them instead of crowding each other off
+    /// the nodes bought for them.
+    pub async fn nominate(&self, namespace: &str, name: &str, node: &str) -> Result<()> {
+        self.check(|| format!("nominate node {node} for pod {namespace}/{name}"))?;
+        self.api.nominate(namespace, name, node).await
+    }
+
+    /// Resizes a running pod's containers in place through the `resize` subresource.
+    pub async fn resize_pod(&self, resize: &crate::actuation::Resize) -> Result<()> {
+        self.check(|| format!("resize pod {}/{}", resize.namespace, resize.pod))?;
+        self.api.resize_pod(resize).await
+    }
+
+    /// `RollingRestart`: applies (server-side, field manager `tailor`) the resource fields
+    /// of a workload's pod template, as [`crate::actuation::template_apply`] builds them;
+    /// the workload's controller then rolls its pods. Nothing else of the workload is
+    /// touched, and other managers keep the fields they own.
+    pub async fn apply_workload_template(&self, body: &serde_json::Value) -> Result<()> {
+        self.check(|| {
+            format!(
+                "apply the pod template requests of {} {}/{}",
+                body["kind"].as_str().unwrap_or_default(),
+                body["metadata"]["namespace"].as_str().unwrap_or_default(),
+                body["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })?;
+        self.api.apply_workload_template(body).await
+    }
+
+    /// Deletes a pod outright (after a NodeClaim's termination grace period).
+    pub async fn delete_pod(&self, pod: &Pod) -> Result<()> {
+        self.check(|| {
+            format!(
+                "delete pod {}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            )
+        })?;
+        self.api.delete_pod(pod).await
+    }
+
+    /// Publishes an Event about `object`. Events are reports, so a follower may publish them
+    /// too; a failure is logged, never fatal.
+    pub async fn event(
+        &self,
+        object: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        self.api.event(object, type_, reason, action, note).await;
+    }
+}
+
+/// The cluster behind a kube client: what `tailor run` writes to.
+pub struct KubeApi {
+    client: Client,
+    recorder: Recorder,
+}
+
+impl KubeApi {
+    /// Writes through `client`; events are reported as `instance`.
+    pub fn new(client: Client, instance: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "tailor".to_string(),
+                instance: Some(instance.to_string()),
+            },
+        );
+        KubeApi { client, recorder }
+    }
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+#[async_trait]
+impl ClusterApi for KubeApi {
+    async fn ensure_secret(
+        &self,
+        namespace: &str,
+        wanted: &Secret,
+        current: &(dyn for<'s> Fn(&'s Secret) -> bool + Send + Sync),
     ) -> Result<Secret> {
         let name = wanted.metadata.name.clone().unwrap_or_default();
         let what = || format!("secret {namespace}/{name}");
@@ -165,44 +540,38 @@ impl Writer {
         })
     }
 
-    /// Applies the admission webhook's configuration (server-side apply). Any replica,
-    /// leader or not: every replica applies the same content.
-    pub async fn apply_webhook_configuration(
+    async fn apply_webhook_configuration(
         &self,
         configuration: &MutatingWebhookConfiguration,
     ) -> Result<()> {
         let name = configuration.metadata.name.clone().unwrap_or_default();
         let what = || format!("apply mutatingwebhookconfiguration {name}");
         Api::<MutatingWebhookConfiguration>::all(self.client.clone())
-            .patch(&name, &Self::apply_params(), &Patch::Apply(configuration))
+            .patch(&name, &apply_params(), &Patch::Apply(configuration))
             .await
             .map(|_| ())
             .map_err(api_error(what()))
     }
 
-    /// Creates (or re-applies) a NodeClaim.
-    pub async fn apply_node_claim(&self, claim: &NodeClaim) -> Result<NodeClaim> {
+    async fn apply_node_claim(&self, claim: &NodeClaim) -> Result<NodeClaim> {
         let name = claim.name_any();
         let what = || format!("apply nodeclaim {name}");
-        self.check(what)?;
         let mut body = claim.clone();
         body.status = None;
         body.metadata.managed_fields = None;
         body.metadata.resource_version = None;
         Api::<NodeClaim>::all(self.client.clone())
-            .patch(&name, &Self::apply_params(), &Patch::Apply(&body))
+            .patch(&name, &apply_params(), &Patch::Apply(&body))
             .await
             .map_err(api_error(what()))
     }
 
-    /// Applies labels to a NodeClaim (what the launch learnt: type, zone, capacity type).
-    pub async fn label_node_claim(
+    async fn label_node_claim(
         &self,
         name: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<()> {
         let what = || format!("label nodeclaim {name}");
-        self.check(what)?;
         let body = json!({
             "apiVersion": NodeClaim::api_version(&()),
             "kind": NodeClaim::kind(&()),
@@ -219,16 +588,13 @@ impl Writer {
             .map_err(api_error(what()))
     }
 
-    /// Applies the part of a NodeClaim's status one lifecycle step owns (`step` names the
-    /// field manager, `tailor-<step>`), leaving the other steps' conditions alone.
-    pub async fn apply_node_claim_status(
+    async fn apply_node_claim_status(
         &self,
         name: &str,
         step: &str,
         status: &NodeClaimStatus,
     ) -> Result<()> {
         let what = || format!("status of nodeclaim {name}");
-        self.check(what)?;
         let body = json!({
             "apiVersion": NodeClaim::api_version(&()),
             "kind": NodeClaim::kind(&()),
@@ -249,10 +615,7 @@ impl Writer {
         }
     }
 
-    /// One key of the ConfigMap `namespace/name` where the agent keeps state across
-    /// restarts and leaders; `None` when the ConfigMap or the key does not exist. Any
-    /// replica: a new leader reads what the last one kept.
-    pub async fn config_map_value(
+    async fn config_map_value(
         &self,
         namespace: &str,
         name: &str,
@@ -266,9 +629,7 @@ impl Writer {
         Ok(found.and_then(|c| c.data).and_then(|mut d| d.remove(key)))
     }
 
-    /// Keeps `value` under `key` of the ConfigMap `namespace/name` (server-side apply,
-    /// which creates it the first time).
-    pub async fn apply_config_map_value(
+    async fn apply_config_map_value(
         &self,
         namespace: &str,
         name: &str,
@@ -276,7 +637,6 @@ impl Writer {
         value: &str,
     ) -> Result<()> {
         let what = || format!("apply configmap {namespace}/{name}");
-        self.check(what)?;
         let body = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -288,16 +648,14 @@ impl Writer {
             "data": {key: value},
         });
         Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
-            .patch(name, &Self::apply_params(), &Patch::Apply(&body))
+            .patch(name, &apply_params(), &Patch::Apply(&body))
             .await
             .map(|_| ())
             .map_err(api_error(what()))
     }
 
-    /// Applies a NodePool's status (its conditions).
-    pub async fn apply_node_pool_status(&self, name: &str, status: &NodePoolStatus) -> Result<()> {
+    async fn apply_node_pool_status(&self, name: &str, status: &NodePoolStatus) -> Result<()> {
         let what = || format!("status of nodepool {name}");
-        self.check(what)?;
         let body = json!({
             "apiVersion": NodePool::api_version(&()),
             "kind": NodePool::kind(&()),
@@ -305,7 +663,7 @@ impl Writer {
             "status": status,
         });
         match Api::<NodePool>::all(self.client.clone())
-            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .patch_status(name, &apply_params(), &Patch::Apply(&body))
             .await
         {
             Ok(_) => Ok(()),
@@ -314,15 +672,12 @@ impl Writer {
         }
     }
 
-    /// Creates or re-applies a Recommendation's metadata (its owner reference to the
-    /// workload, so it is garbage-collected with it) and spec.
-    pub async fn apply_recommendation(&self, recommendation: &Recommendation) -> Result<()> {
+    async fn apply_recommendation(&self, recommendation: &Recommendation) -> Result<()> {
         let (ns, name) = (
             recommendation.namespace().unwrap_or_default(),
             recommendation.name_any(),
         );
         let what = || format!("apply recommendation {ns}/{name}");
-        self.check(what)?;
         let body = json!({
             "apiVersion": Recommendation::api_version(&()),
             "kind": Recommendation::kind(&()),
@@ -335,21 +690,19 @@ impl Writer {
             "spec": recommendation.spec,
         });
         Api::<Recommendation>::namespaced(self.client.clone(), &ns)
-            .patch(&name, &Self::apply_params(), &Patch::Apply(&body))
+            .patch(&name, &apply_params(), &Patch::Apply(&body))
             .await
             .map(|_| ())
             .map_err(api_error(what()))
     }
 
-    /// Applies a Recommendation's status.
-    pub async fn apply_recommendation_status(
+    async fn apply_recommendation_status(
         &self,
         namespace: &str,
         name: &str,
         status: &RecommendationStatus,
     ) -> Result<()> {
         let what = || format!("status of recommendation {namespace}/{name}");
-        self.check(what)?;
         let body = json!({
             "apiVersion": Recommendation::api_version(&()),
             "kind": Recommendation::kind(&()),
@@ -357,7 +710,7 @@ impl Writer {
             "status": status,
         });
         match Api::<Recommendation>::namespaced(self.client.clone(), namespace)
-            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .patch_status(name, &apply_params(), &Patch::Apply(&body))
             .await
         {
             Ok(_) => Ok(()),
@@ -366,15 +719,13 @@ impl Writer {
         }
     }
 
-    /// Applies a RightsizingPolicy's status (Ready, and how many workloads it governs).
-    pub async fn apply_rightsizing_policy_status(
+    async fn apply_rightsizing_policy_status(
         &self,
         namespace: &str,
         name: &str,
         status: &RightsizingPolicyStatus,
     ) -> Result<()> {
         let what = || format!("status of rightsizingpolicy {namespace}/{name}");
-        self.check(what)?;
         let body = json!({
             "apiVersion": RightsizingPolicy::api_version(&()),
             "kind": RightsizingPolicy::kind(&()),
@@ -382,7 +733,7 @@ impl Writer {
             "status": status,
         });
         match Api::<RightsizingPolicy>::namespaced(self.client.clone(), namespace)
-            .patch_status(name, &Self::apply_params(), &Patch::Apply(&body))
+            .patch_status(name, &apply_params(), &Patch::Apply(&body))
             .await
         {
             Ok(_) => Ok(()),
@@ -391,10 +742,8 @@ impl Writer {
         }
     }
 
-    /// Deletes a NodeClaim (its finalizer then drains and terminates the node).
-    pub async fn delete_node_claim(&self, name: &str) -> Result<()> {
+    async fn delete_node_claim(&self, name: &str) -> Result<()> {
         let what = || format!("delete nodeclaim {name}");
-        self.check(what)?;
         match Api::<NodeClaim>::all(self.client.clone())
             .delete(name, &DeleteParams::background())
             .await
@@ -405,14 +754,12 @@ impl Writer {
         }
     }
 
-    /// Sets (`Some`) or removes (`None`) annotations of a NodeClaim.
-    pub async fn annotate_node_claim(
+    async fn annotate_node_claim(
         &self,
         name: &str,
         annotations: &BTreeMap<&str, Option<String>>,
     ) -> Result<()> {
         let what = || format!("annotate nodeclaim {name}");
-        self.check(what)?;
         let body = json!({"metadata": {"annotations": annotations}});
         match Api::<NodeClaim>::all(self.client.clone())
             .patch(name, &PatchParams::default(), &Patch::Merge(&body))
@@ -424,15 +771,13 @@ impl Writer {
         }
     }
 
-    /// Removes `finalizer` from a NodeClaim, guarded by the version that was read.
-    pub async fn remove_node_claim_finalizer(
+    async fn remove_node_claim_finalizer(
         &self,
         claim: &NodeClaim,
         finalizer: &str,
     ) -> Result<()> {
         let name = claim.name_any();
         let what = || format!("finalizer of nodeclaim {name}");
-        self.check(what)?;
         let kept: Vec<&String> = claim
             .finalizers()
             .iter()
@@ -450,9 +795,7 @@ impl Writer {
         }
     }
 
-    /// Sets a Node's taints, adds labels and sets its finalizers, guarded by the version
-    /// that was read.
-    pub async fn patch_node(
+    async fn patch_node(
         &self,
         node: &Node,
         taints: &[Taint],
@@ -461,7 +804,6 @@ impl Writer {
     ) -> Result<()> {
         let name = node.name_any();
         let what = || format!("patch node {name}");
-        self.check(what)?;
         let body = json!({
             "metadata": {
                 "labels": labels,
@@ -480,19 +822,15 @@ impl Writer {
         }
     }
 
-    /// The Node as the API server has it now, for a write retried after a conflict (the
-    /// stores may lag behind). `None` when it is gone.
-    pub async fn fresh_node(&self, name: &str) -> Result<Option<Node>> {
+    async fn fresh_node(&self, name: &str) -> Result<Option<Node>> {
         Api::<Node>::all(self.client.clone())
             .get_opt(name)
             .await
             .map_err(api_error(format!("get node {name}")))
     }
 
-    /// Deletes a Node object.
-    pub async fn delete_node(&self, name: &str) -> Result<()> {
+    async fn delete_node(&self, name: &str) -> Result<()> {
         let what = || format!("delete node {name}");
-        self.check(what)?;
         match Api::<Node>::all(self.client.clone())
             .delete(name, &DeleteParams::background())
             .await
@@ -503,12 +841,10 @@ impl Writer {
         }
     }
 
-    /// Evicts a pod through the Eviction API, so PodDisruptionBudgets are honoured.
-    pub async fn evict(&self, pod: &Pod) -> Result<()> {
+    async fn evict(&self, pod: &Pod) -> Result<()> {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let key = format!("{ns}/{name}");
         let what = || format!("evict pod {key}");
-        self.check(what)?;
         let params = EvictParams {
             delete_options: Some(DeleteParams {
                 preconditions: pod.uid().map(|uid| Preconditions {
@@ -533,13 +869,8 @@ impl Writer {
         }
     }
 
-    /// Records on a pending pod the node Tailor planned it onto (`status.nominatedNodeName`,
-    /// KEP-5278): kube-scheduler then holds that node's room for the pod and tries the
-    /// node first, so pods bind where the plan put them instead of crowding each other off
-    /// the nodes bought for them.
-    pub async fn nominate(&self, namespace: &str, name: &str, node: &str) -> Result<()> {
+    async fn nominate(&self, namespace: &str, name: &str, node: &str) -> Result<()> {
         let what = || format!("nominate node {node} for pod {namespace}/{name}");
-        self.check(what)?;
         let body = json!({"status": {"nominatedNodeName": node}});
         match Api::<Pod>::namespaced(self.client.clone(), namespace)
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
@@ -551,11 +882,9 @@ impl Writer {
         }
     }
 
-    /// Resizes a running pod's containers in place through the `resize` subresource.
-    pub async fn resize_pod(&self, resize: &crate::actuation::Resize) -> Result<()> {
+    async fn resize_pod(&self, resize: &crate::actuation::Resize) -> Result<()> {
         let (ns, name) = (&resize.namespace, &resize.pod);
         let what = || format!("resize pod {ns}/{name}");
-        self.check(what)?;
         let containers: Vec<serde_json::Value> = resize
             .containers
             .iter()
@@ -578,11 +907,7 @@ impl Writer {
         }
     }
 
-    /// `RollingRestart`: applies (server-side, field manager `tailor`) the resource fields
-    /// of a workload's pod template, as [`crate::actuation::template_apply`] builds them;
-    /// the workload's controller then rolls its pods. Nothing else of the workload is
-    /// touched, and other managers keep the fields they own.
-    pub async fn apply_workload_template(&self, body: &serde_json::Value) -> Result<()> {
+    async fn apply_workload_template(&self, body: &serde_json::Value) -> Result<()> {
         use kube::api::DynamicObject;
         use kube::discovery::ApiResource;
         let (kind, ns, name) = (
@@ -591,7 +916,6 @@ impl Writer {
             body["metadata"]["name"].as_str().unwrap_or_default(),
         );
         let what = || format!("apply the pod template requests of {kind} {ns}/{name}");
-        self.check(what)?;
         let resource = ApiResource {
             group: "apps".to_string(),
             version: "v1".to_string(),
@@ -605,7 +929,7 @@ impl Writer {
                 source: kube::Error::SerdeError(e),
             })?;
         match Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &resource)
-            .patch(name, &Self::apply_params(), &Patch::Apply(&object))
+            .patch(name, &apply_params(), &Patch::Apply(&object))
             .await
         {
             Ok(_) => Ok(()),
@@ -614,11 +938,9 @@ impl Writer {
         }
     }
 
-    /// Deletes a pod outright (after a NodeClaim's termination grace period).
-    pub async fn delete_pod(&self, pod: &Pod) -> Result<()> {
+    async fn delete_pod(&self, pod: &Pod) -> Result<()> {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let what = || format!("delete pod {ns}/{name}");
-        self.check(what)?;
         match Api::<Pod>::namespaced(self.client.clone(), &ns)
             .delete(&name, &DeleteParams::default())
             .await
@@ -629,9 +951,7 @@ impl Writer {
         }
     }
 
-    /// Publishes an Event about `object`. Events are reports, so a follower may publish them
-    /// too; a failure is logged, never fatal.
-    pub async fn event(
+    async fn event(
         &self,
         object: &ObjectReference,
         type_: EventType,
