@@ -5,6 +5,7 @@
 use std::fmt::Debug;
 use std::future::ready;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -56,16 +57,24 @@ pub struct State {
     pub recommendations: Store<Recommendation>,
     changed: Arc<Notify>,
     synced: watch::Receiver<bool>,
+    /// Changes seen so far, over every store.
+    generation: Arc<AtomicU64>,
 }
 
 /// Starts a reflector for `K` on `tasks`, notifying `changed` on every event.
-fn reflect<K>(client: &Client, tasks: &mut JoinSet<()>, changed: &Arc<Notify>) -> Store<K>
+fn reflect<K>(
+    client: &Client,
+    tasks: &mut JoinSet<()>,
+    changed: &Arc<Notify>,
+    generation: &Arc<AtomicU64>,
+) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Slim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
     let api = Api::<K>::all(client.clone());
     let changed = changed.clone();
+    let generation = generation.clone();
     let kind = K::kind(&()).to_string();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
@@ -79,7 +88,10 @@ where
         .reflect(writer)
         .for_each(move |event| {
             match event {
-                Ok(_) => changed.notify_waiters(),
+                Ok(_) => {
+                    generation.fetch_add(1, Ordering::Relaxed);
+                    changed.notify_waiters();
+                }
                 Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying"),
             }
             ready(())
@@ -230,27 +242,74 @@ impl State {
     /// Starts watching every kind; the watches run on `tasks` until they are aborted.
     pub fn start(client: &Client, tasks: &mut JoinSet<()>) -> State {
         let changed = Arc::new(Notify::new());
+        let generation = Arc::new(AtomicU64::new(0));
         let (done, synced) = watch::channel(false);
+        let (c, g) = (&changed, &generation);
         let state = State {
-            pods: reflect(client, tasks, &changed),
-            nodes: reflect(client, tasks, &changed),
-            node_pools: reflect(client, tasks, &changed),
-            node_claims: reflect(client, tasks, &changed),
-            node_classes: reflect(client, tasks, &changed),
-            pdbs: reflect(client, tasks, &changed),
-            daemon_sets: reflect(client, tasks, &changed),
-            deployments: reflect(client, tasks, &changed),
-            stateful_sets: reflect(client, tasks, &changed),
-            replica_sets: reflect(client, tasks, &changed),
-            jobs: reflect(client, tasks, &changed),
-            hpas: reflect(client, tasks, &changed),
-            policies: reflect(client, tasks, &changed),
-            recommendations: reflect(client, tasks, &changed),
+            pods: reflect(client, tasks, c, g),
+            nodes: reflect(client, tasks, c, g),
+            node_pools: reflect(client, tasks, c, g),
+            node_claims: reflect(client, tasks, c, g),
+            node_classes: reflect(client, tasks, c, g),
+            pdbs: reflect(client, tasks, c, g),
+            daemon_sets: reflect(client, tasks, c, g),
+            deployments: reflect(client, tasks, c, g),
+            stateful_sets: reflect(client, tasks, c, g),
+            replica_sets: reflect(client, tasks, c, g),
+            jobs: reflect(client, tasks, c, g),
+            hpas: reflect(client, tasks, c, g),
+            policies: reflect(client, tasks, c, g),
+            recommendations: reflect(client, tasks, c, g),
             changed,
             synced,
+            generation,
         };
         tasks.spawn(state.clone().sync_all(done));
         state
+    }
+
+    /// Stores filled by hand instead of by watches, and the [`StateFeed`] that fills them:
+    /// the demo's simulated cluster shows its objects to the controllers this way. Nothing
+    /// is synced until [`StateFeed::synced`].
+    pub fn in_memory() -> (State, StateFeed) {
+        let changed = Arc::new(Notify::new());
+        let generation = Arc::new(AtomicU64::new(0));
+        let (done, synced) = watch::channel(false);
+        macro_rules! stores {
+            ($($field:ident),*) => {{
+                $(let $field = reflector::store();)*
+                (
+                    State {
+                        $($field: $field.0,)*
+                        changed: changed.clone(),
+                        synced,
+                        generation: generation.clone(),
+                    },
+                    StateFeed {
+                        $($field: $field.1,)*
+                        changed,
+                        generation,
+                        done: Some(done),
+                    },
+                )
+            }};
+        }
+        stores!(
+            pods,
+            nodes,
+            node_pools,
+            node_claims,
+            node_classes,
+            pdbs,
+            daemon_sets,
+            deployments,
+            stateful_sets,
+            replica_sets,
+            jobs,
+            hpas,
+            policies,
+            recommendations
+        )
     }
 
     /// Waits until every store has its first full list.
@@ -302,6 +361,12 @@ impl State {
         self.changed.notified().await;
     }
 
+    /// How many changes the stores have seen: equal on two reads, nothing changed between
+    /// them.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
     /// A snapshot of the stores as they are now. Unlike a snapshot file, workloads are not
     /// expanded into pending pods: their controllers make the pods, and the agent sees them.
     pub fn snapshot(&self) -> Snapshot {
@@ -311,17 +376,19 @@ impl State {
     /// A snapshot holding only the pods `keep` selects: a controller that reads a few
     /// pods does not copy all of them.
     pub fn snapshot_with_pods(&self, keep: impl Fn(&Pod) -> bool) -> Snapshot {
+        // In name order: a store iterates in an order of its own, which changes from process
+        // to process, and decisions that try nodes or pods in turn would follow it.
+        fn sorted<K: Resource<DynamicType = ()>>(mut objects: Vec<Arc<K>>) -> Vec<Arc<K>> {
+            objects.sort_by(|a, b| {
+                (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
+            });
+            objects
+        }
         fn all<K: Clone + Resource<DynamicType = ()>>(store: &Store<K>) -> Vec<K> {
-            store.state().iter().map(|o| (**o).clone()).collect()
+            sorted(store.state()).iter().map(|o| (**o).clone()).collect()
         }
         Snapshot {
-            pods: self
-                .pods
-                .state()
-                .iter()
-                .filter(|p| keep(p))
-                .cloned()
-                .collect(),
+            pods: sorted(self.pods.state_filter(|p| keep(p))),
             nodes: all(&self.nodes),
             daemon_sets: all(&self.daemon_sets),
             deployments: all(&self.deployments),
@@ -358,5 +425,149 @@ impl State {
             ("RightsizingPolicy", self.policies.state().len()),
             ("Recommendation", self.recommendations.state().len()),
         ]
+    }
+}
+
+/// Fills the stores of a [`State::in_memory`]: every object shown, changed or removed
+/// wakes the controllers waiting for a change, as a watch event does.
+pub struct StateFeed {
+    pods: reflector::store::Writer<Pod>,
+    nodes: reflector::store::Writer<Node>,
+    node_pools: reflector::store::Writer<NodePool>,
+    node_claims: reflector::store::Writer<NodeClaim>,
+    node_classes: reflector::store::Writer<AKSNodeClass>,
+    pdbs: reflector::store::Writer<PodDisruptionBudget>,
+    daemon_sets: reflector::store::Writer<DaemonSet>,
+    deployments: reflector::store::Writer<Deployment>,
+    stateful_sets: reflector::store::Writer<StatefulSet>,
+    replica_sets: reflector::store::Writer<ReplicaSet>,
+    jobs: reflector::store::Writer<Job>,
+    hpas: reflector::store::Writer<HorizontalPodAutoscaler>,
+    policies: reflector::store::Writer<RightsizingPolicy>,
+    recommendations: reflector::store::Writer<Recommendation>,
+    changed: Arc<Notify>,
+    generation: Arc<AtomicU64>,
+    done: Option<watch::Sender<bool>>,
+}
+
+/// A kind a [`StateFeed`] has a store for.
+pub trait Fed: Resource<DynamicType = ()> + Clone + Sized + 'static {
+    /// Its store's writer.
+    fn store(feed: &mut StateFeed) -> &mut reflector::store::Writer<Self>;
+}
+
+macro_rules! fed {
+    ($($kind:ty => $field:ident),* $(,)?) => {
+        $(impl Fed for $kind {
+            fn store(feed: &mut StateFeed) -> &mut reflector::store::Writer<Self> {
+                &mut feed.$field
+            }
+        })*
+
+        impl StateFeed {
+            /// Marks every store synced (what it holds is the first full list): the
+            /// controllers waiting for it start.
+            pub fn synced(&mut self) {
+                $(
+                    self.$field.apply_watcher_event(&watcher::Event::Init);
+                    for o in self.$field.as_reader().state() {
+                        self.$field.apply_watcher_event(&watcher::Event::InitApply((*o).clone()));
+                    }
+                    self.$field.apply_watcher_event(&watcher::Event::InitDone);
+                )*
+                if let Some(done) = self.done.take() {
+                    let _ = done.send(true);
+                }
+                self.changed.notify_waiters();
+            }
+        }
+    };
+}
+
+fed!(
+    Pod => pods,
+    Node => nodes,
+    NodePool => node_pools,
+    NodeClaim => node_claims,
+    AKSNodeClass => node_classes,
+    PodDisruptionBudget => pdbs,
+    DaemonSet => daemon_sets,
+    Deployment => deployments,
+    StatefulSet => stateful_sets,
+    ReplicaSet => replica_sets,
+    Job => jobs,
+    HorizontalPodAutoscaler => hpas,
+    RightsizingPolicy => policies,
+    Recommendation => recommendations,
+);
+
+impl StateFeed {
+    /// Shows `object` as it is now (new or changed).
+    pub fn apply<K: Fed>(&mut self, object: &K) {
+        K::store(self).apply_watcher_event(&watcher::Event::Apply(object.clone()));
+        self.notify();
+    }
+
+    /// Removes `object` from its store.
+    pub fn delete<K: Fed>(&mut self, object: &K) {
+        K::store(self).apply_watcher_event(&watcher::Event::Delete(object.clone()));
+        self.notify();
+    }
+
+    fn notify(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        self.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(namespace: &str, name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fed_state_syncs_when_told_wakes_on_every_change_and_snapshots_in_name_order() {
+        let (state, mut feed) = State::in_memory();
+        for name in ["web-c", "web-a", "web-b"] {
+            feed.apply(&pod("shop", name));
+        }
+        // Not synced before the feed says so.
+        let early = tokio::time::timeout(std::time::Duration::from_millis(20), state.wait_synced());
+        assert!(early.await.is_err(), "synced before the first full list");
+        feed.synced();
+        state.wait_synced().await;
+        let names: Vec<String> = state
+            .snapshot()
+            .pods
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        assert_eq!(names, ["web-a", "web-b", "web-c"]);
+
+        let before = state.generation();
+        let waiting = tokio::spawn({
+            let state = state.clone();
+            async move { state.changed().await }
+        });
+        tokio::task::yield_now().await;
+        feed.delete(&pod("shop", "web-b"));
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiting)
+            .await
+            .expect("the waiter is woken")
+            .expect("the waiter ran");
+        assert_eq!(state.generation(), before + 1);
+        assert_eq!(state.pods.state().len(), 2);
+        assert_eq!(state.generation(), before + 1, "reading changes nothing");
     }
 }
