@@ -58,6 +58,33 @@ impl Clock for VirtualClock {
     }
 }
 
+/// Tokio's clock, read as the time from `origin` on: under a runtime whose time is paused
+/// (the demo's), time moves only as the runtime's timers fire, so what the controllers
+/// read as now and what they sleep for are one virtual time.
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeClock {
+    origin: Timestamp,
+    at: tokio::time::Instant,
+}
+
+impl RuntimeClock {
+    /// Reads `origin` now.
+    pub fn starting_at(origin: Timestamp) -> Self {
+        RuntimeClock {
+            origin,
+            at: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for RuntimeClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = jiff::SignedDuration::try_from(self.at.elapsed())
+            .unwrap_or(jiff::SignedDuration::MAX);
+        self.origin.checked_add(elapsed).unwrap_or(Timestamp::MAX)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +97,14 @@ mod tests {
         assert_eq!(clock.now(), start);
         shared.advance(Duration::from_secs(90));
         assert_eq!(clock.now().as_second(), 1_700_000_090);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_runtime_clock_moves_with_the_paused_runtimes_timers() {
+        let start = Timestamp::from_second(1_800_000_000).expect("valid instant");
+        let clock = RuntimeClock::starting_at(start);
+        assert_eq!(clock.now(), start);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(clock.now().as_second(), 1_800_003_600);
     }
 }
