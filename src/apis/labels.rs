@@ -84,6 +84,9 @@ pub const TERMINATION_REASON_ANNOTATION: &str = "tailor.sh/termination-reason";
 /// Annotation on a NodePool (`recommend` or `autonomous`) overriding the agent's global mode
 /// for the nodes of that pool.
 pub const MODE_ANNOTATION: &str = "tailor.sh/mode";
+/// Annotation on a NodePool (`recommend` or `autonomous`) overriding its mode for
+/// disruption alone: its consolidation reported while Tailor provisions it, or the reverse.
+pub const DISRUPTION_MODE_ANNOTATION: &str = "tailor.sh/disruption-mode";
 
 /// Value of [`CAPACITY_TYPE`] for Azure spot VMs.
 pub const CAPACITY_TYPE_SPOT: &str = "spot";

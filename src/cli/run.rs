@@ -46,6 +46,26 @@ pub enum ModeArg {
     Autonomous,
 }
 
+/// How pending pods are packed onto new nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PackingArg {
+    /// Tailor's packer: the cheapest set of sizes for the batch (exact on small batches).
+    CostAware,
+    /// Karpenter's: each new node takes the pods in turn, first fit (for comparison).
+    Greedy,
+}
+
+/// What consolidation asks of a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConsolidationArg {
+    /// Tailor's: a saving worth its evictions, capacity the requests' cycle expects within
+    /// hours kept, replacements packed cost-aware.
+    Tailor,
+    /// Karpenter's: any saving at all, whatever it evicts, no look ahead, greedy
+    /// replacements (for comparison).
+    Karpenter,
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -147,6 +167,14 @@ pub struct RunArgs {
     #[arg(long, env = "TAILOR_HEADROOM_LEAD", default_value = "3h", value_parser = parse_std_duration)]
     pub headroom_lead: Duration,
 
+    /// How pending pods are packed onto new nodes.
+    #[arg(long, env = "TAILOR_PACKING", value_enum, default_value = "cost-aware")]
+    pub packing: PackingArg,
+
+    /// What consolidation asks of a decision before it removes or replaces nodes.
+    #[arg(long, env = "TAILOR_CONSOLIDATION", value_enum, default_value = "tailor")]
+    pub consolidation: ConsolidationArg,
+
     /// Log format.
     #[arg(long, env = "TAILOR_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -234,6 +262,20 @@ impl AzureNodeArgs {
     }
 }
 
+impl Settings {
+    /// These settings with `consolidation`'s rules.
+    fn with_consolidation(self, consolidation: ConsolidationArg) -> Self {
+        match consolidation {
+            ConsolidationArg::Tailor => self,
+            ConsolidationArg::Karpenter => Settings {
+                disruption: crate::disruption::Settings::karpenter(),
+                forecast_horizon: 0,
+                ..self
+            },
+        }
+    }
+}
+
 /// Parses a Go-style duration (`1s`, `500ms`, `3m`) into a non-negative std duration.
 fn parse_std_duration(s: &str) -> std::result::Result<Duration, String> {
     let d = if let Some(ms) = s.strip_suffix("ms") {
@@ -296,6 +338,8 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         batch_idle,
         batch_max,
         headroom_lead,
+        packing,
+        consolidation,
         log_format: _,
         kwok_launch_delay,
         kwok_no_capacity,
@@ -371,8 +415,10 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         namespace: namespace.clone(),
         webhook: webhook_address.is_some(),
         headroom_lead: i64::try_from(headroom_lead.as_secs()).unwrap_or(i64::MAX),
+        cost_aware: packing == PackingArg::CostAware,
         ..Settings::default()
-    };
+    }
+    .with_consolidation(consolidation);
     let writer = Writer::new(write_client, leader.clone(), &identity);
     if let Some(address) = webhook_address {
         let endpoint = crate::webhook::Endpoint::parse(
@@ -425,8 +471,10 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                 clock,
                 catalog: std::sync::Arc::new(std::sync::RwLock::new(catalog)),
                 catalog_options,
+                rightsizing: settings.prometheus.is_some(),
                 settings,
                 demand: Default::default(),
+                names: controllers::Names::random(),
             });
             controllers::run(ctx, &mut tasks);
         }
@@ -511,8 +559,10 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                 clock,
                 catalog: shared,
                 catalog_options,
+                rightsizing: settings.prometheus.is_some(),
                 settings,
                 demand: Default::default(),
+                names: controllers::Names::random(),
             });
             controllers::run(ctx, &mut tasks);
         }

@@ -120,12 +120,15 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     // lead, and written as it grows.
     let mut leading = false;
     let mut saved: Option<i64> = None;
+    // The stores' generation and the time of the last pass that found nothing to do.
+    let mut consolidated: Option<(u64, Timestamp)> = None;
     loop {
         tokio::time::sleep(INTERVAL).await;
         if !ctx.writer.is_leader() {
             validation.clear();
             leading = false;
             last_summary = None;
+            consolidated = None;
             continue;
         }
         if !leading {
@@ -161,6 +164,17 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             continue;
         }
         drop(claims);
+        // As Karpenter's consolidated state: a cluster that has not changed since a pass
+        // found nothing to do would give nothing again. It is looked at again after a
+        // change, or once the clock may have changed the answer (a node's quiet time
+        // passing, an expiry, the cycle's expectation), at the demand history's grain.
+        let generation = ctx.state.generation();
+        if consolidated.is_some_and(|(g, at)| {
+            g == generation && now.duration_since(at) < CONSOLIDATED_RECHECK
+        }) {
+            continue;
+        }
+        consolidated = None;
         let mut snapshot = disruption_view(&ctx.state);
         let Ok(types) = ctx.instance_types().await else {
             validation.clear();
@@ -178,7 +192,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             cluster.expected = demand.expected(
                 &cluster.input,
                 cluster.now,
-                disruption::forecast::DEFAULT_HORIZON,
+                ctx.settings.forecast_horizon,
             );
             demand.newest()
         };
@@ -204,6 +218,9 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         } else {
             decide(&ctx, &mut cluster, &modes)
         };
+        if decision.is_none() {
+            consolidated = Some((generation, now));
+        }
         if let Some(decision) = validation.offer(now, decision)
             && let Err(e) = start(&ctx, &snapshot, &cluster, &decision, now).await
         {
@@ -211,6 +228,11 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         }
     }
 }
+
+/// How long a cluster found consolidated (nothing to do, nothing changed since) is left
+/// before it is evaluated again: the demand history's resolution, so its cycle is still
+/// recorded at every step.
+const CONSOLIDATED_RECHECK: SignedDuration = SignedDuration::from_secs(300);
 
 /// Whether the summary is due at `now`: [`SUMMARY_EVERY`] after the last, and at least
 /// [`SUMMARY_SHARE`] times as long as the last took. Evaluating every decision costs far
@@ -292,7 +314,7 @@ impl PoolModes {
         let (recommend, autonomous): (Vec<&NodePool>, Vec<&NodePool>) = snapshot
             .node_pools
             .iter()
-            .partition(|p| ctx.mode_for(Some(p)) == Mode::RecommendOnly);
+            .partition(|p| ctx.disruption_mode_for(Some(p)) == Mode::RecommendOnly);
         let names = |pools: Vec<&NodePool>| -> BTreeSet<String> {
             pools.into_iter().map(|p| p.name_any()).collect()
         };
@@ -326,7 +348,7 @@ fn decide<C: CloudProvider>(
     }
     let settings = disruption::Settings {
         all: false,
-        ..disruption::Settings::default()
+        ..ctx.settings.disruption.clone()
     };
     let started = std::time::Instant::now();
     let report = disruption::evaluate(cluster, &settings);
@@ -354,7 +376,13 @@ async fn summarize<C: CloudProvider>(
             return disruption::Report::default();
         }
         cluster.held = held.clone();
-        disruption::evaluate(cluster, &disruption::Settings::default())
+        disruption::evaluate(
+            cluster,
+            &disruption::Settings {
+                all: true,
+                ..ctx.settings.disruption.clone()
+            },
+        )
     };
     let reporting = run(&modes.autonomous, modes.recommend_nodes);
     let acting = run(&modes.recommend, modes.autonomous_nodes);
@@ -539,10 +567,10 @@ async fn start<C: CloudProvider>(
 ) -> Result<(), String> {
     let settings = disruption::Settings {
         all: false,
-        ..disruption::Settings::default()
+        ..ctx.settings.disruption.clone()
     };
     let plan = disruption::revalidate(cluster, &settings, decision)?;
-    let id = format!("{}-{:08x}", method_name(decision), rand::random::<u32>());
+    let id = format!("{}-{:08x}", method_name(decision), ctx.names.number());
     let claims: Vec<&NodeClaim> = decision
         .nodes
         .iter()
@@ -602,7 +630,7 @@ async fn start<C: CloudProvider>(
         // equal (or worse) and undo the saving the decision was made for.
         let mut only = planned.clone();
         only.alternatives.clear();
-        let mut claim = node_claim_for(&only, pool, snapshot);
+        let mut claim = node_claim_for(&only, pool, snapshot, &ctx.names);
         claim
             .annotations_mut()
             .insert(REPLACES_ANNOTATION.to_string(), id.clone());

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 
-use super::{Context, reference, wait_for_change};
+use super::{Context, reference, wait_for_change_since};
 use crate::apis::labels;
 use crate::cloud::CloudProvider;
 use crate::provisioning::Mode;
@@ -98,8 +98,10 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     // before the VM goes.
     let mut drained: BTreeSet<String> = BTreeSet::new();
     let mut reported: BTreeSet<String> = BTreeSet::new();
+    let mut seen = ctx.state.generation();
     loop {
-        wait_for_change(&ctx.state, INTERVAL).await;
+        wait_for_change_since(&ctx.state, seen, INTERVAL).await;
+        seen = ctx.state.generation();
         if !ctx.writer.is_leader() {
             drained.clear();
             reported.clear();

@@ -84,6 +84,14 @@ pub struct Settings {
     /// How far ahead (seconds) capacity is bought for the growth the requests' cycle
     /// expects (`provisioning::headroom`); 0 buys only for pending pods.
     pub headroom_lead: i64,
+    /// Pending pods are planned with Tailor's cost-aware packer; off, Karpenter-style
+    /// greedy packing (`--packing greedy`).
+    pub cost_aware: bool,
+    /// What consolidation asks of a decision (`--consolidation`).
+    pub disruption: crate::disruption::Settings,
+    /// How far ahead (seconds) disruption keeps the capacity the requests' cycle expects;
+    /// 0 looks at the cluster as it is now only.
+    pub forecast_horizon: i64,
 }
 
 /// How often right-sizing runs unless told otherwise.
@@ -109,7 +117,53 @@ impl Default for Settings {
             namespace: "default".to_string(),
             webhook: false,
             headroom_lead: crate::provisioning::headroom::DEFAULT_LEAD,
+            cost_aware: true,
+            disruption: crate::disruption::Settings::default(),
+            forecast_horizon: crate::disruption::forecast::DEFAULT_HORIZON,
         }
+    }
+}
+
+/// Where the random parts of the names the agent gives (NodeClaims, launch batches,
+/// disruption commands) come from: the system's randomness in a cluster, a seed in the
+/// demo, so that a seed's run is the same every time.
+pub struct Names(std::sync::Mutex<rand_chacha::ChaCha8Rng>);
+
+impl Names {
+    /// Names from the system's randomness.
+    pub fn random() -> Self {
+        Names::seeded(rand::random())
+    }
+
+    /// Names from `seed`: the same sequence every time.
+    pub fn seeded(seed: u64) -> Self {
+        use rand::SeedableRng;
+        Names(std::sync::Mutex::new(
+            rand_chacha::ChaCha8Rng::seed_from_u64(seed),
+        ))
+    }
+
+    /// A random 32-bit number.
+    pub fn number(&self) -> u32 {
+        use rand::Rng;
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .random()
+    }
+
+    /// Five characters a Kubernetes name suffix is made of (no vowels, no look-alikes),
+    /// as the API server's `generateName` draws them.
+    pub fn suffix(&self) -> String {
+        use rand::Rng;
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut rng = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (0..5)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+            .collect()
     }
 }
 
@@ -134,12 +188,22 @@ pub struct Context<C> {
     /// The requests' cycle per NodePool, recorded by disruption and read by both
     /// disruption and provisioning ([`demand`]).
     pub demand: std::sync::Mutex<crate::disruption::forecast::DemandHistory>,
+    /// The random parts of new names.
+    pub names: Names,
+    /// Whether right-sizing runs (a usage source is wired to [`rightsizing`]): pending
+    /// pods it governs in `Auto` mode are then resized before nodes are bought for them.
+    pub rightsizing: bool,
 }
 
 impl<C: CloudProvider> Context<C> {
     /// The mode that applies to a NodePool's nodes now: its annotation, else the global mode.
     pub fn mode_for(&self, pool: Option<&NodePool>) -> Mode {
         mode_for(self.settings.mode, pool)
+    }
+
+    /// The mode disruption applies to a NodePool's nodes now ([`disruption_mode_for`]).
+    pub fn disruption_mode_for(&self, pool: Option<&NodePool>) -> Mode {
+        disruption_mode_for(self.settings.mode, pool)
     }
 
     /// Instance types on sale under `settings`, with offerings the cloud reports unavailable
@@ -197,6 +261,18 @@ pub fn mode_for(global: Mode, pool: Option<&NodePool>) -> Mode {
     }
 }
 
+/// The mode disruption applies to a NodePool's nodes: its `tailor.sh/disruption-mode`
+/// annotation (`recommend` or `autonomous`), else the pool's mode ([`mode_for`]). A pool
+/// can so be provisioned by Tailor while its consolidation is only reported, the usual
+/// first step of taking it over from another autoscaler. An unknown value reports only.
+pub fn disruption_mode_for(global: Mode, pool: Option<&NodePool>) -> Mode {
+    match pool.and_then(|p| p.annotations().get(labels::DISRUPTION_MODE_ANNOTATION)) {
+        None => mode_for(global, pool),
+        Some(v) if v == "autonomous" => Mode::Autonomous,
+        Some(_) => Mode::RecommendOnly,
+    }
+}
+
 /// A reference to an object, for Events.
 pub fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
     object.object_ref(&())
@@ -207,15 +283,32 @@ pub fn labels_of<K: ResourceExt>(object: &K) -> BTreeMap<String, String> {
     object.labels().clone()
 }
 
-/// Starts every controller on `tasks`. They run until aborted; each acts only while this
-/// replica leads.
+/// Starts every controller on `tasks`, right-sizing reading Prometheus (when
+/// `--prometheus-url` is set). They run until aborted; each acts only while this replica
+/// leads.
 pub fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet<()>) {
+    start(ctx.clone(), tasks);
+    tasks.spawn(rightsizing::run(ctx));
+}
+
+/// Starts every controller on `tasks`, right-sizing reading `usage`: the demo's simulated
+/// cluster serves its pods' usage this way.
+pub fn run_with_usage<C, U>(ctx: Arc<Context<C>>, usage: U, tasks: &mut JoinSet<()>)
+where
+    C: CloudProvider + 'static,
+    U: crate::usage::UsageSource + 'static,
+{
+    start(ctx.clone(), tasks);
+    tasks.spawn(rightsizing::run_with(ctx, usage));
+}
+
+/// Every controller but right-sizing, whose usage source differs.
+fn start<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet<()>) {
     tasks.spawn(provisioning::run(ctx.clone()));
     tasks.spawn(nodeclaim::run(ctx.clone()));
     tasks.spawn(disruption::run(ctx.clone()));
     tasks.spawn(interruption::run(ctx.clone()));
     tasks.spawn(cost::run(ctx.clone()));
-    tasks.spawn(rightsizing::run(ctx.clone()));
     tasks.spawn(garbage_collection::run(ctx));
 }
 
@@ -223,6 +316,16 @@ pub fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet
 pub async fn wait_for_change(state: &State, max: Duration) {
     tokio::select! {
         () = state.changed() => {}
+        () = tokio::time::sleep(max) => {}
+    }
+}
+
+/// Sleeps until the stores change after `seen` ([`State::generation`], read before the
+/// pass that now waits) or `max` passes: a change made while the pass ran returns at once
+/// instead of waiting for the next.
+pub async fn wait_for_change_since(state: &State, seen: u64, max: Duration) {
+    tokio::select! {
+        () = state.changed_since(seen) => {}
         () = tokio::time::sleep(max) => {}
     }
 }
@@ -265,6 +368,59 @@ mod tests {
         assert_eq!(
             mode_for(Mode::Autonomous, Some(&pool(Some("autonomus")))),
             Mode::RecommendOnly
+        );
+    }
+
+    #[test]
+    fn a_disruption_mode_annotation_overrides_the_pools_mode_for_disruption_only() {
+        let with = |mode: Option<&str>, disruption: &str| {
+            let mut p = pool(mode);
+            p.annotations_mut().insert(
+                labels::DISRUPTION_MODE_ANNOTATION.to_string(),
+                disruption.to_string(),
+            );
+            p
+        };
+        let reported = with(None, "recommend");
+        assert_eq!(
+            disruption_mode_for(Mode::Autonomous, Some(&reported)),
+            Mode::RecommendOnly
+        );
+        assert_eq!(
+            mode_for(Mode::Autonomous, Some(&reported)),
+            Mode::Autonomous,
+            "provisioning still acts"
+        );
+        assert_eq!(
+            disruption_mode_for(Mode::RecommendOnly, Some(&with(None, "autonomous"))),
+            Mode::Autonomous
+        );
+        assert_eq!(
+            disruption_mode_for(Mode::Autonomous, Some(&with(None, "yes"))),
+            Mode::RecommendOnly
+        );
+        // Without it, the pool's mode.
+        assert_eq!(
+            disruption_mode_for(Mode::Autonomous, Some(&pool(Some("recommend")))),
+            Mode::RecommendOnly
+        );
+        assert_eq!(
+            disruption_mode_for(Mode::Autonomous, Some(&pool(None))),
+            Mode::Autonomous
+        );
+    }
+
+    #[test]
+    fn seeded_names_repeat_and_random_ones_differ() {
+        let (a, b) = (Names::seeded(7), Names::seeded(7));
+        let first: Vec<String> = (0..3).map(|_| a.suffix()).collect();
+        assert_eq!(first, (0..3).map(|_| b.suffix()).collect::<Vec<_>>());
+        assert_eq!(a.number(), b.number());
+        assert!(first.iter().all(|s| s.len() == 5));
+        let (x, y) = (Names::random(), Names::random());
+        assert_ne!(
+            (0..4).map(|_| x.number()).collect::<Vec<_>>(),
+            (0..4).map(|_| y.number()).collect::<Vec<_>>()
         );
     }
 }

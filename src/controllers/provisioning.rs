@@ -13,9 +13,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
-use rand::Rng;
 
-use super::{Context, reference, wait_for_change};
+use super::{Context, reference, wait_for_change_since};
 use crate::actuation::{ContainerResize, Resize, with_resources};
 use crate::apis::nodeclaim::{NodeClaimResources, NodeRequirement, RequirementOperator};
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, labels};
@@ -95,9 +94,22 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         batcher: Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max),
         ..Round::default()
     };
+    let mut seen = ctx.state.generation();
+    let mut wake: Option<Timestamp> = None;
     loop {
-        wait_for_change(&ctx.state, Duration::from_millis(100)).await;
+        // Until the stores change or the round's next deadline (a batch closing, a cover
+        // running out, the next look ahead), and at least every few seconds.
+        let wait = wake
+            .map(|t| {
+                let left = t.duration_since(ctx.clock.now());
+                Duration::try_from(left).unwrap_or(Duration::ZERO)
+            })
+            .unwrap_or(MAX_WAIT)
+            .clamp(MIN_WAIT, MAX_WAIT);
+        wait_for_change_since(&ctx.state, seen, wait).await;
+        seen = ctx.state.generation();
         if !ctx.writer.is_leader() {
+            wake = None;
             // A new leader starts from what the API server holds, not from our memory.
             round = Round {
                 batcher: Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max),
@@ -139,7 +151,36 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             round.headroom_at = Some(now);
             buy_ahead(&ctx, &mut round, now).await;
         }
+        wake = next_wake(&round, ctx.settings.headroom_lead > 0);
     }
+}
+
+/// The provisioner looks again at least this often, whatever changed.
+const MAX_WAIT: Duration = Duration::from_secs(5);
+/// ... and at most this often while nothing changes.
+const MIN_WAIT: Duration = Duration::from_millis(100);
+
+/// When the round's memory next changes its mind with no change in the cluster: its batch
+/// closes, a pending pod's cover runs out, or buying ahead is due. `None`: nothing is
+/// waiting on time.
+fn next_wake(round: &Round, buying_ahead: bool) -> Option<Timestamp> {
+    let covers = round.covered.values().filter_map(|t| match t {
+        Target::Until(t) => Some(*t),
+        Target::Claim {
+            created,
+            seen: false,
+            ..
+        } => created.checked_add(UNSEEN_COVER).ok(),
+        Target::Claim { .. } => None,
+    });
+    let headroom = round
+        .headroom_at
+        .filter(|_| buying_ahead)
+        .and_then(|t| t.checked_add(HEADROOM_EVERY).ok());
+    covers
+        .chain(round.batcher.deadline())
+        .chain(headroom)
+        .min()
 }
 
 /// Buys ahead of the growth the requests' daily and weekly cycle expects within the lead
@@ -180,10 +221,9 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
     let Some((input, _)) = planning_input(&snapshot, &types) else {
         return;
     };
-    let suffix: u32 = rand::rng().random();
-    let batch = format!("h{suffix:08x}");
+    let batch = format!("h{:08x}", ctx.names.number());
     let options = Options {
-        cost_aware: true,
+        cost_aware: ctx.settings.cost_aware,
         name_prefix: format!("{batch}-"),
         ..Options::default()
     };
@@ -194,7 +234,7 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
             &demand,
             now.as_second(),
             ctx.settings.headroom_lead,
-            crate::disruption::forecast::DEFAULT_HORIZON.max(ctx.settings.headroom_lead),
+            ctx.settings.forecast_horizon.max(ctx.settings.headroom_lead),
             crate::provisioning::headroom::DEFAULT_MARGIN,
             &options,
         )
@@ -249,7 +289,7 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
             continue;
         }
         for p in planned {
-            let mut claim = node_claim_for(p, pool, &snapshot);
+            let mut claim = node_claim_for(p, pool, &snapshot, &ctx.names);
             let annotations = claim.annotations_mut();
             annotations.insert(labels::LAUNCH_BATCH_ANNOTATION.to_string(), batch.clone());
             annotations.insert(labels::HEADROOM_ANNOTATION.to_string(), why.clone());
@@ -419,7 +459,7 @@ async fn provision<C: CloudProvider>(
     };
     // Pending pods are planned with the requests they will run with: those right-sizing
     // governs in Auto mode are resized before their nodes are bought.
-    let right_sizing = if ctx.settings.prometheus.is_some() {
+    let right_sizing = if ctx.rightsizing {
         let objects = crate::webhook::Stores::of(&ctx.state, &ctx.settings.namespace);
         right_size(
             &snapshot.pods,
@@ -435,9 +475,9 @@ async fn provision<C: CloudProvider>(
             *pod = Arc::new(with_resources(pod, &resize.containers));
         }
     }
-    let suffix: u32 = rand::rng().random();
-    let batch = format!("p{suffix:08x}");
-    let Some((plan, unreadable)) = plan_batch(&snapshot, &types, &batch) else {
+    let batch = format!("p{:08x}", ctx.names.number());
+    let cost_aware = ctx.settings.cost_aware;
+    let Some((plan, unreadable)) = plan_batch(&snapshot, &types, &batch, cost_aware) else {
         return;
     };
     tell_unreadable(ctx, round, &snapshot, &unreadable, now).await;
@@ -468,7 +508,12 @@ async fn provision<C: CloudProvider>(
                 *pod = p.clone();
             }
         }
-        match plan_batch(&what_if, &types, &format!("{batch}-if-right-sized")) {
+        match plan_batch(
+            &what_if,
+            &types,
+            &format!("{batch}-if-right-sized"),
+            cost_aware,
+        ) {
             Some((alternative, _)) => {
                 report_right_sizing_effect(ctx, &what_if, &plan, &alternative, &right_sizing).await;
                 new_node_cost(&alternative)
@@ -479,19 +524,20 @@ async fn provision<C: CloudProvider>(
     ctx.metrics.set_batch_cost(planned_cost, right_sized_cost);
 }
 
-/// Plans a snapshot's pending pods, cost-aware, new nodes named after `batch`; with the
-/// pods whose specs cannot be read (left out of the plan, or kept on their nodes as their
-/// requests).
+/// Plans a snapshot's pending pods (cost-aware, or greedily), new nodes named after
+/// `batch`; with the pods whose specs cannot be read (left out of the plan, or kept on their
+/// nodes as their requests).
 fn plan_batch(
     snapshot: &Snapshot,
     types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
     batch: &str,
+    cost_aware: bool,
 ) -> Option<(Plan, Vec<PodError>)> {
     let (input, unreadable) = planning_input(snapshot, types)?;
     let plan = scheduling::schedule(
         &input,
         &Options {
-            cost_aware: true,
+            cost_aware,
             name_prefix: format!("{batch}-"),
             ..Options::default()
         },
@@ -928,7 +974,7 @@ async fn act<C: CloudProvider>(
         let pool = pools.get(&planned.node_pool).copied();
         match (pool, ctx.mode_for(pool)) {
             (Some(pool), Mode::Autonomous) => {
-                let mut claim = node_claim_for(planned, pool, snapshot);
+                let mut claim = node_claim_for(planned, pool, snapshot, &ctx.names);
                 claim.annotations_mut().insert(
                     labels::LAUNCH_BATCH_ANNOTATION.to_string(),
                     batch.to_string(),
@@ -1078,6 +1124,7 @@ pub fn node_claim_for(
     planned: &PlannedNodeClaim,
     pool: &NodePool,
     snapshot: &Snapshot,
+    names: &super::Names,
 ) -> NodeClaim {
     let template = &pool.spec.template;
     let pool_name = pool.name_any();
@@ -1123,13 +1170,7 @@ pub fn node_claim_for(
     {
         annotations.insert(labels::NODE_CLASS_HASH.to_string(), node_class_hash(class));
     }
-    let suffix: String = {
-        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-        let mut rng = rand::rng();
-        (0..5)
-            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-            .collect()
-    };
+    let suffix = names.suffix();
     NodeClaim {
         metadata: ObjectMeta {
             name: Some(format!("{pool_name}-{suffix}")),

@@ -44,7 +44,7 @@ use crate::rightsizing::service::{
 };
 use crate::state::Snapshot;
 use crate::telemetry::names::{Controller, EvictionWait, RecommendationState, StuckResize};
-use crate::usage::ContainerKey;
+use crate::usage::{ContainerKey, UsageSource};
 use crate::usage::pool::Checkpoint;
 use crate::usage::prometheus::PrometheusSource;
 use crate::usage::workloads::{Workload, Workloads};
@@ -74,7 +74,8 @@ pub mod event_reason {
     pub const TEMPLATE_APPLIED: &str = "TemplateRequestsApplied";
 }
 
-/// Runs right-sizing until aborted; does nothing without `--prometheus-url`.
+/// Runs right-sizing until aborted, reading usage from Prometheus; does nothing without
+/// `--prometheus-url`.
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     let Some(settings) = ctx.settings.prometheus.clone() else {
         tracing::info!("no --prometheus-url: right-sizing is off");
@@ -88,6 +89,11 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             return;
         }
     };
+    run_with(ctx, source).await;
+}
+
+/// Runs right-sizing until aborted, reading usage from `source`.
+pub async fn run_with<C: CloudProvider + 'static, U: UsageSource>(ctx: Arc<Context<C>>, source: U) {
     ctx.state.wait_synced().await;
     // Checkpoints written in this term of leadership; on a new term the store's are used.
     let mut term: Option<Term> = None;
@@ -125,23 +131,26 @@ async fn next_round<C: CloudProvider>(
     seen: &BTreeSet<(ContainerKey, i64)>,
     interval: Duration,
 ) {
-    let deadline = Instant::now() + interval;
+    // Tokio's clock, not the system's: on the demo's paused runtime an interval is
+    // virtual time.
+    let deadline = tokio::time::Instant::now() + interval;
     // A container killed over and over (crash-looping at a capped size) starts a round at
     // most this often.
-    let earliest = Instant::now() + OOM_ROUND_GAP.min(interval);
+    let earliest = tokio::time::Instant::now() + OOM_ROUND_GAP.min(interval);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let seen_generation = ctx.state.generation();
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
             return;
         }
-        super::wait_for_change(&ctx.state, left).await;
         if oom_kills(&ctx.state.pods.state())
             .iter()
             .any(|o| !seen.contains(&(o.key.clone(), o.at)))
         {
-            tokio::time::sleep_until(earliest.into()).await;
+            tokio::time::sleep_until(earliest).await;
             return;
         }
+        super::wait_for_change_since(&ctx.state, seen_generation, left).await;
     }
 }
 
@@ -456,9 +465,9 @@ pub fn status_of(
 }
 
 /// One round: read, compute, write. Returns the workloads written.
-async fn reconcile<C: CloudProvider>(
+async fn reconcile<C: CloudProvider, U: UsageSource>(
     ctx: &Context<C>,
-    source: &PrometheusSource,
+    source: &U,
     term: &mut Term,
 ) -> Result<usize, RoundError> {
     let now = ctx.clock.now();

@@ -361,6 +361,19 @@ impl State {
         self.changed.notified().await;
     }
 
+    /// Resolves at the next change of any store, or at once when the stores have changed
+    /// since `seen` ([`State::generation`]).
+    pub async fn changed_since(&self, seen: u64) {
+        let notified = self.changed.notified();
+        tokio::pin!(notified);
+        // Registered before the check: a change between the check and the wait wakes it.
+        notified.as_mut().enable();
+        if self.generation() != seen {
+            return;
+        }
+        notified.await;
+    }
+
     /// How many changes the stores have seen: equal on two reads, nothing changed between
     /// them.
     pub fn generation(&self) -> u64 {

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use super::{Context, wait_for_change};
+use super::{Context, wait_for_change_since};
 use crate::apis::nodeclaim::condition;
 use crate::apis::{NodeClaim, find_condition, is_condition_true, labels};
 use crate::cloud::CloudProvider;
@@ -216,8 +216,10 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
     let launches = InFlight::default();
     let terminations = InFlight::default();
+    let mut seen = ctx.state.generation();
     loop {
-        wait_for_change(&ctx.state, Duration::from_secs(1)).await;
+        wait_for_change_since(&ctx.state, seen, Duration::from_secs(1)).await;
+        seen = ctx.state.generation();
         if !ctx.writer.is_leader() {
             continue;
         }
