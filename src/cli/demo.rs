@@ -485,41 +485,45 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
         ))
     });
     ready.set(true);
-    let report = runtime.block_on(async {
-        let mut runs = Vec::new();
-        for settings in [
-            RunSettings::for_mode(Mode::RecommendOnly),
-            RunSettings::consolidation_only(),
-            RunSettings::for_mode(Mode::Autonomous),
-        ] {
-            let name = settings.name();
-            let mut shown = -1i64;
-            let mut progress = |share: f64| {
-                let pct = (share * 100.0) as i64 / 10 * 10;
-                if pct != shown {
-                    shown = pct;
-                    eprintln!("{name}: {pct:>3}% of {} virtual days", args.days);
-                }
-            };
-            // /metrics shows the autonomous run.
-            let recorded = (name == "autonomous").then_some(&metrics);
-            let result =
-                world::run(&scenario, &settings, types.clone(), recorded, &mut progress).await;
-            runs.push(result);
-        }
-        let autonomous = runs.pop().unwrap_or_else(|| empty_run("autonomous"));
-        let consolidation_only = runs
-            .pop()
-            .unwrap_or_else(|| empty_run("consolidation-only"));
-        let recommend_only = runs.pop().unwrap_or_else(|| empty_run("recommend-only"));
-        DemoReport {
-            scenario: scenario.name.clone(),
-            workloads: scenario.workloads.len(),
-            recommend_only,
-            consolidation_only,
-            autonomous,
-        }
-    });
+    // Each run has a runtime of its own with a virtual clock; the metrics server goes on
+    // serving from this one meanwhile.
+    let mut runs = Vec::new();
+    for settings in [
+        RunSettings::for_mode(Mode::RecommendOnly),
+        RunSettings::consolidation_only(),
+        RunSettings::for_mode(Mode::Autonomous),
+    ] {
+        let name = settings.name();
+        let mut shown = -1i64;
+        let mut progress = |share: f64| {
+            let pct = (share * 100.0) as i64 / 10 * 10;
+            if pct != shown {
+                shown = pct;
+                eprintln!("{name}: {pct:>3}% of {} virtual days", args.days);
+            }
+        };
+        // /metrics shows the autonomous run.
+        let recorded = (name == "autonomous").then_some(&metrics);
+        runs.push(world::run(
+            &scenario,
+            &settings,
+            types.clone(),
+            recorded,
+            &mut progress,
+        ));
+    }
+    let autonomous = runs.pop().unwrap_or_else(|| empty_run("autonomous"));
+    let consolidation_only = runs
+        .pop()
+        .unwrap_or_else(|| empty_run("consolidation-only"));
+    let recommend_only = runs.pop().unwrap_or_else(|| empty_run("recommend-only"));
+    let report = DemoReport {
+        scenario: scenario.name.clone(),
+        workloads: scenario.workloads.len(),
+        recommend_only,
+        consolidation_only,
+        autonomous,
+    };
     std::fs::write(&args.report, html(&report))
         .map_err(|e| CliError::Input(format!("writing report {}: {e}", args.report.display())))?;
     eprintln!("report written to {}", args.report.display());

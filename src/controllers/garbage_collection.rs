@@ -12,8 +12,9 @@ use super::Context;
 use crate::apis::labels;
 use crate::cloud::{CloudError, CloudProvider, Instance};
 
-/// Instances to delete: tagged for `cluster`, owned by no NodeClaim in `claims`, and older
-/// than the grace period at `now`.
+/// Instances to delete: tagged for `cluster`, owned by no NodeClaim in `claims`, older
+/// than the grace period at `now`, and not already being deleted (a terminated claim's VM
+/// is still listed while the cloud removes it).
 pub fn orphans<'a>(
     instances: &'a [Instance],
     claims: &BTreeSet<String>,
@@ -26,6 +27,7 @@ pub fn orphans<'a>(
         .filter(|i| i.tags.get(labels::TAG_CLUSTER).map(String::as_str) == Some(cluster))
         .filter(|i| !claims.contains(&i.claim))
         .filter(|i| now.duration_since(i.created_at) >= grace)
+        .filter(|i| i.state != crate::cloud::InstanceState::Terminating)
         .collect()
 }
 
@@ -126,6 +128,10 @@ mod tests {
             instance("orphan", "c1", 600),
             instance("young", "c1", 5),
             instance("other-cluster", "c2", 600),
+            Instance {
+                state: InstanceState::Terminating,
+                ..instance("going", "c1", 600)
+            },
         ];
         let claims = BTreeSet::from(["owned".to_string()]);
         let found: Vec<&str> = orphans(&instances, &claims, "c1", now, grace)

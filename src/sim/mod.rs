@@ -5,3 +5,4 @@ pub mod scenario;
 pub mod traces;
 pub mod usage;
 pub mod world;
+pub mod cluster;

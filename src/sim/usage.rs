@@ -137,6 +137,34 @@ impl UsageSource for Recorded {
     }
 }
 
+/// A [`Recorded`] shared between the simulated cluster, which records what its pods use,
+/// and the agent's right-sizing controller, which reads it as it reads Prometheus.
+#[derive(Debug, Clone)]
+pub struct Shared(std::sync::Arc<std::sync::Mutex<Recorded>>);
+
+impl Shared {
+    /// Shares `recorded`.
+    pub fn new(recorded: Recorded) -> Self {
+        Shared(std::sync::Arc::new(std::sync::Mutex::new(recorded)))
+    }
+
+    /// The recorded usage, locked (never across an await).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        // Plain data, each change made whole under the lock.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl UsageSource for Shared {
+    fn read<S: UsageSink + Send>(
+        &self,
+        query: &UsageQuery,
+        sink: &mut S,
+    ) -> impl Future<Output = Result<ReadStats, UsageError>> + Send {
+        ready(Ok(self.lock().read_into(query, sink)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

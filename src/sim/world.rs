@@ -1,109 +1,71 @@
-//! The simulated cluster on a virtual clock: workloads create and delete pods, pods use
-//! CPU and memory as their traces say and are OOM-killed past their limit, and the real
-//! Tailor code decides — the scheduler and provisioner buy nodes from the simulated Azure,
-//! the recommender sizes requests from the usage it sees, and disruption consolidates.
-//! The cluster itself is the [`Actuator`] disruption drains through.
+//! A scenario run on the simulated cluster with the agent in it: the same controllers
+//! `tailor run` starts ([`crate::controllers::run_with_usage`]) run against the
+//! [`SimCluster`] and the simulated Azure, on one virtual clock (tokio's, paused: time
+//! moves as the controllers' and the cluster's timers fire). The scenario plays what the
+//! agent does not control: workloads scaling with the day, Jobs starting and ending, the
+//! usage of every pod (recorded, and served to right-sizing as Prometheus would), OOM
+//! kills, spot reclaims and a capacity outage. Every figure of a run is measured on the
+//! cluster, never reported by the agent about itself: pending time from the pods' own
+//! creation and start, evictions from the Eviction API calls the cluster served, cost from
+//! the cloud's bill.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::{Future, ready};
 use std::sync::Arc;
+use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Taint;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use serde_json::json;
 
+use super::cluster::{Controller, Gone, Happening, Objects, SimCluster, memory_limit, pod_requests};
 use super::scenario::{Kind, Scenario};
-use super::usage::Recorded;
-use crate::apis::labels;
-use crate::apis::nodepool::BudgetNodes;
-use crate::clock::{Clock, VirtualClock};
+use super::usage::{Recorded, Shared};
+use crate::apis::recommendation::condition as recommendation_condition;
+use crate::apis::{
+    AKSNodeClass, LimitsPolicy, Mode as PolicyMode, NodePool, RightsizingPolicy,
+    RightsizingPolicySpec, labels,
+};
+use crate::catalog::{Catalog, CatalogOptions};
+use crate::clock::{Clock, RuntimeClock};
 use crate::cloud::metered::MeteredCloud;
-use crate::cloud::sim::{SimSettings, SimulatedAzure};
-use crate::cloud::{CloudProvider, InstanceState};
-use crate::disruption::cluster::PoolRules;
-use crate::disruption::controller::{
-    ActError, Actuator, DEFAULT_VALIDATION_DELAY, DISRUPTED_TAINT, Disrupter, Phase, Validation,
-};
-use crate::disruption::{self, Cluster, NodeMeta};
-use crate::model::{CapacityType, Dimension, InstanceType, Requirement, Resources};
-use crate::provisioning::{self, Batcher, Mode, Provisioner};
-use crate::rightsizing::service::{
-    Policies, Request as ServiceRequest, Resume, recommend_workloads,
-};
-use crate::rightsizing::{ContainerRecommendation, Context, Policy, Prices, Requests};
-use crate::scheduling::input::default_pool;
-use crate::scheduling::{DaemonSetInfo, ExistingNode, Input, Options, PodInfo, Pool};
-use crate::state::Snapshot;
+use crate::cloud::sim::{SPOT_NOTICE, SimSettings, SimulatedAzure};
+use crate::cloud::{CloudProvider, Instance, InstanceState};
+use crate::controllers::{self, Context, Names, Settings, State, Writer};
+use crate::disruption;
+use crate::model::{CapacityType, InstanceType};
+use crate::provisioning::Mode;
 use crate::telemetry::Metrics;
-use crate::telemetry::names::{Controller, RecommendationState, SavingsSource, Stage, Usage, When};
+use crate::telemetry::names::{SavingsSource, Usage, When};
+use crate::usage::ContainerKey;
 use crate::usage::pool::Checkpoint;
-use crate::usage::workloads::{Workload, Workloads};
-use crate::usage::{ContainerKey, ObservedOom};
-
-/// The simulated cloud, with every call metered as the agent's is.
-type Cloud = MeteredCloud<SimulatedAzure>;
 
 const GIB: f64 = 1_073_741_824.0;
 
 /// Seconds before the run's start the cluster is brought up (its pods as deployed placed,
-/// their nodes launched and registered).
+/// their nodes launched and registered by the agent).
 const WARM_UP: i64 = 600;
 
-/// Seconds between the finer steps in which nodes register, disruption acts and pending
-/// pods are placed (usage moves in the scenario's coarser step).
-const SUB_STEP: i64 = 15;
+/// The longest the simulated control plane (kubelet, scheduler, node lifecycle) waits
+/// without a change in the cluster.
+const CONTROL_PLANE_EVERY: Duration = Duration::from_secs(15);
 
 /// The taint on the spot NodePool's nodes; only pods that tolerate it land there.
 const SPOT_TAINT: &str = "tailor.sh/spot";
 
-/// A NodePool of general-purpose D and E sizes (v5/v6, amd64) of one capacity type.
-fn node_pool(name: &str, capacity_type: &str, weight: i32, types: &[InstanceType]) -> Pool {
-    let written = [
-        (labels::CAPACITY_TYPE, vec![capacity_type]),
-        (labels::OS, vec![labels::OS_LINUX]),
-        (labels::SKU_FAMILY, vec!["D", "E"]),
-        (labels::SKU_VERSION, vec!["5", "6"]),
-        (labels::ARCH, vec!["amd64"]),
-    ]
-    .into_iter()
-    .map(|(key, values)| crate::apis::NodeRequirement {
-        key: key.to_string(),
-        operator: crate::apis::RequirementOperator::In,
-        values: values.into_iter().map(str::to_string).collect(),
-        min_values: None,
-    })
-    .collect::<Vec<_>>();
-    // `In` with at least one value always parses.
-    let requirements = crate::model::Requirements::from_node_requirements(&written)
-        .expect("In requirements with values are valid")
-        .with(Requirement::one_of(labels::NODE_POOL, [name]));
-    let taints = if capacity_type == labels::CAPACITY_TYPE_SPOT {
-        vec![Taint {
-            key: SPOT_TAINT.to_string(),
-            value: Some("true".to_string()),
-            effect: "NoSchedule".to_string(),
-            ..Taint::default()
-        }]
-    } else {
-        Vec::new()
-    };
-    let mut pool = default_pool(Vec::new());
-    pool.name = name.to_string();
-    pool.weight = weight;
-    pool.taints = taints;
-    pool.instance_types = types
-        .iter()
-        .filter(|t| requirements.intersects(&t.requirements).is_ok())
-        .cloned()
-        .collect();
-    pool.requirements = requirements;
-    pool.written_requirements = written;
-    pool
-}
+/// The agent's namespace, where the cluster's default RightsizingPolicy lives.
+const AGENT_NAMESPACE: &str = "tailor-system";
+
+/// The container name of every simulated workload's one container.
+const CONTAINER: &str = "app";
 
 /// How one run behaves.
 #[derive(Debug, Clone)]
 pub struct RunSettings {
-    /// Recommend-only (report right-sizing and disruption) or autonomous (act).
+    /// Recommend-only (Tailor provisions; right-sizing and disruption are reported) or
+    /// autonomous (act).
     pub mode: Mode,
     /// In autonomous mode, whether right-sizing is applied (false: consolidation only,
     /// with requests as deployed, as users of Karpenter run today).
@@ -118,20 +80,15 @@ pub struct RunSettings {
     /// cycle disruption reads, [`crate::provisioning::headroom`]); 0: only for pods
     /// already pending. Autonomous mode only.
     pub headroom_lead: i64,
-    /// How much above the forecast a purchase ahead buys, as a share of each pool's
-    /// expected requests ([`crate::provisioning::headroom::DEFAULT_MARGIN`]).
-    pub headroom_margin: f64,
     /// Disruption thresholds.
     pub disruption: disruption::Settings,
-    /// The right-sizing policy.
-    pub policy: Policy,
-    /// Seconds between right-sizing rounds.
+    /// The cluster's default RightsizingPolicy (its mode is the run's).
+    pub policy: RightsizingPolicySpec,
+    /// Seconds between right-sizing rounds (`--rightsizing-interval`).
     pub rightsizing_every: i64,
-    /// Seconds between disruption evaluations.
-    pub disruption_every: i64,
-    /// The NodePool's consolidateAfter, seconds.
+    /// The NodePools' consolidateAfter, seconds.
     pub consolidate_after: i64,
-    /// The NodePool's disruption budget (share of nodes at once).
+    /// The NodePools' disruption budget (share of nodes at once).
     pub budget_percent: u32,
 }
 
@@ -144,18 +101,16 @@ impl RunSettings {
             cost_aware: true,
             forecast_horizon: disruption::forecast::DEFAULT_HORIZON,
             headroom_lead: crate::provisioning::headroom::DEFAULT_LEAD,
-            headroom_margin: crate::provisioning::headroom::DEFAULT_MARGIN,
             disruption: disruption::Settings::default(),
             // Requests are sized to the usage history; the teams' memory limits stay
             // where they set them, so a peak above anything seen so far is absorbed by the
             // node rather than killed at a limit cut down to the request. (A node whose
             // pods outgrow its memory still kills, see `usage`.)
-            policy: Policy {
-                limits: crate::apis::LimitsPolicy::Keep,
-                ..Policy::default()
+            policy: RightsizingPolicySpec {
+                limits: LimitsPolicy::Keep,
+                ..RightsizingPolicySpec::default()
             },
             rightsizing_every: 6 * 3600,
-            disruption_every: 600,
             consolidate_after: 1800,
             budget_percent: 10,
         }
@@ -170,7 +125,6 @@ impl RunSettings {
             cost_aware: false,
             forecast_horizon: 0,
             headroom_lead: 0,
-            headroom_margin: 0.0,
             disruption: disruption::Settings::karpenter(),
             ..RunSettings::for_mode(Mode::Autonomous)
         }
@@ -188,6 +142,28 @@ impl RunSettings {
             (Mode::RecommendOnly, _) => "recommend-only",
             (Mode::Autonomous, false) => "consolidation-only",
             (Mode::Autonomous, true) => "autonomous",
+        }
+    }
+
+    /// The agent's settings for this run, as `tailor run`'s flags would set them.
+    fn agent(&self) -> Settings {
+        Settings {
+            // NodePools are provisioned in every run (the nodes come from somewhere);
+            // recommend-only marks its pools' disruption recommend-only.
+            mode: Mode::Autonomous,
+            cluster_name: "tailor-demo".to_string(),
+            rightsizing_interval: Duration::from_secs(self.rightsizing_every.max(1) as u64),
+            namespace: AGENT_NAMESPACE.to_string(),
+            webhook: true,
+            headroom_lead: if self.mode == Mode::Autonomous {
+                self.headroom_lead
+            } else {
+                0
+            },
+            cost_aware: self.cost_aware,
+            disruption: self.disruption.clone(),
+            forecast_horizon: self.forecast_horizon,
+            ..Settings::default()
         }
     }
 }
@@ -241,21 +217,26 @@ pub struct RunSummary {
     /// USD per hour the requests at the end are worth (requested cores and GiB priced at
     /// the catalog's median per-core and per-GiB rates).
     pub requests_value_per_hour: f64,
-    /// Recommendations applied over the run (autonomous), or waiting to be applied at
-    /// the last round (recommend-only).
+    /// Recommendations applied over the run (autonomous: a workload's pods taking a new
+    /// size), or actionable and not applied at the end (recommend-only).
     pub recommendations: usize,
-    /// Disruption decisions carried out (autonomous) or reported (recommend-only, last
-    /// evaluation).
+    /// Disruption decisions carried out (autonomous), or reported in the last ten
+    /// minutes (recommend-only: the agent's `WouldDisrupt` Events).
     pub decisions: usize,
-    /// USD per hour saved by those decisions, each as it was taken. Not additive over a
-    /// run: the night's consolidation removes nodes the day's growth buys again.
+    /// USD per hour saved by those decisions, each as it was taken (the nodes removed less
+    /// their replacements, at the cloud's prices; for recommend-only, as reported). Not
+    /// additive over a run: the night's consolidation removes nodes the day's growth buys
+    /// again.
     pub consolidation_savings_per_hour: f64,
     /// USD the decisions carried out saved over the run: a decision's saving counts from
     /// when it is done until provisioning buys that much capacity again (autonomous;
     /// zero in recommend-only).
     pub consolidation_realised_savings: f64,
-    /// Pods evicted.
+    /// Pods evicted by Tailor's choice: to disrupt a node, or to come back right-sized
+    /// (drains before a spot reclaim are counted as spot interruptions).
     pub pods_evicted: usize,
+    /// Evictions by why: `disruption`, `rightsizing`, `spot-reclaim`.
+    pub evictions_by_cause: BTreeMap<String, usize>,
     /// OOM kills.
     pub oom_kills: u64,
     /// Median seconds from pending to running.
@@ -264,22 +245,23 @@ pub struct RunSummary {
     pub provisioning_p99_seconds: f64,
     /// Pod-hours spent pending.
     pub pending_pod_hours: f64,
-    /// Pod-hours spent pending, by why the pods were pending: `scale-up` (a new replica),
-    /// `job` (a Job's run started), `evicted` (by disruption), `spot-interrupted`,
-    /// `node-lost` (its node went away without a drain) and `oom-moved` (recreated
-    /// elsewhere at a bigger size after an OOM kill).
+    /// Pod-hours spent pending, by why the pod was made: `scale-up` (a new replica),
+    /// `job` (a Job's run started), `evicted` (replacing a pod disruption evicted),
+    /// `resized` (replacing a pod evicted to be resized), `spot-interrupted` (replacing a
+    /// pod drained before a spot reclaim), `node-lost` (its node went away without a
+    /// drain) and `replaced` (a drain's grace period passed, or a rollout).
     pub pending_pod_hours_by_cause: BTreeMap<String, f64>,
     /// Nodes launched over the run (the bring-up before the start aside).
     pub launches: u64,
     /// Nodes launched in the bring-up before the start: the running cluster the run
     /// begins with.
     pub launches_before_start: u64,
-    /// Spot VMs reclaimed by the cloud (their pods rescheduled).
+    /// Spot VMs Azure announced it would reclaim.
     pub spot_interruptions: u64,
 }
 
 /// What one workload went through in a run: its requests at the start and the end, the
-/// last change and why, and what it suffered.
+/// last recommendation's reasons, and what it suffered.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadOutcome {
@@ -291,12 +273,11 @@ pub struct WorkloadOutcome {
     pub cpu: (i64, i64),
     /// Memory request at the start and the end, bytes.
     pub memory: (i64, i64),
-    /// The reasons of the last recommendation that changed the size (empty before the
-    /// first change).
+    /// The reasons of its Recommendation at the end (empty without one).
     pub reasons: Vec<String>,
     /// OOM kills of its pods.
     pub oom_kills: u64,
-    /// Its pods evicted by disruption.
+    /// Its pods evicted by Tailor's choice.
     pub evictions: usize,
 }
 
@@ -314,1166 +295,161 @@ pub struct RunResult {
     pub summary: RunSummary,
 }
 
-#[derive(Debug, Clone)]
-struct SimPod {
-    key: String,
-    /// The pod's number within its workload: its name in the usage history.
-    ordinal: u64,
-    workload: usize,
-    node: Option<String>,
-    running: bool,
-    cpu: i64,
-    memory: i64,
-    memory_limit: i64,
-    pending_since: Option<i64>,
-    /// Why the pod is pending (or was, last), see `RunSummary::pending_pod_hours_by_cause`.
-    pending_cause: &'static str,
-    jitter: f64,
+/// Builds an API object from its JSON form. Every call passes a literal of the type's own
+/// shape, built in this file (the demo tests build each one), so it cannot fail.
+fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).expect("a literal of the API type's own shape")
 }
 
-#[derive(Debug, Clone)]
-struct SimNode {
-    name: String,
-    provider_id: String,
-    instance_type: String,
-    zone: String,
-    capacity_type: CapacityType,
-    price: f64,
-    allocatable: Resources,
-    labels: BTreeMap<String, String>,
-    taints: Vec<Taint>,
-    created: i64,
-    last_pod_event: i64,
-}
-
-/// Requested sizes per workload: what new pods get.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Sizes {
-    cpu: i64,
-    memory: i64,
-    memory_limit: i64,
-}
-
-struct World<'a> {
-    scenario: &'a Scenario,
-    settings: &'a RunSettings,
-    /// NodePools: on-demand `default`, and `spot` (tainted; batch Jobs tolerate it).
-    pools: Vec<Pool>,
-    templates: Vec<PodInfo>,
-    daemon_sets: Vec<DaemonSetInfo>,
-    nodes: Vec<SimNode>,
-    pods: Vec<SimPod>,
-    sizes: Vec<Sizes>,
-    next_ordinal: Vec<u64>,
-    /// Labels of claims launched by the provisioner, until their node registers.
-    launching: BTreeMap<String, BTreeMap<String, String>>,
-    /// What the pods used, served to right-sizing as Prometheus serves a cluster's.
-    usage: Recorded,
-    /// Per workload, the right-sizing state the last round left (as the agent keeps it in
-    /// each Recommendation): a round reads only the usage after it.
-    checkpoints: BTreeMap<Workload, Checkpoint>,
-    /// OOM kills the pods showed since the last round, as the agent reads them.
-    observed: Vec<ObservedOom>,
-    /// Pods OOM-killed in this step, to be answered.
-    killed: Vec<String>,
-    /// Per workload: OOM kills, evictions and the reasons of the last change.
-    oom_by_workload: Vec<u64>,
-    evicted_by_workload: Vec<usize>,
-    last_reasons: Vec<Vec<String>>,
-    context: Context,
-    now: i64,
-    latencies: Vec<f64>,
-    evicted: usize,
-    ooms: u64,
-    applied: usize,
-    pending_seconds: f64,
-    /// Pending pod-seconds per cause (see `SimPod::pending_cause`).
-    pending_by_cause: BTreeMap<&'static str, f64>,
-    spot_interruptions: u64,
-    /// USD per hour of nodes provisioning has launched so far.
-    launched_per_hour: f64,
-    metrics: Option<Metrics>,
-    /// (pool, size, capacity type, zone) whose cost was last reported (to zero the ones
-    /// gone).
-    reported_types: BTreeSet<(String, String, String, String)>,
-    /// Per workload: whether its last recommendation was actionable, and its $/hour effect
-    /// per pod.
-    last_recommendation: Vec<Option<(bool, f64)>>,
-    /// Per namespace: CPU cores and memory bytes used in the last step.
-    used_by_namespace: BTreeMap<String, (f64, f64)>,
-    /// Requests per NodePool over time, and what they expect of the next hours.
-    demand: disruption::forecast::DemandHistory,
-    /// What each NodePool is expected to carry within the forecast horizon, as of the
-    /// last disruption evaluation.
-    expected: BTreeMap<String, Resources>,
-    /// Decides when pending pods are planned, with the agent's windows.
-    batcher: Batcher,
-    /// The pending pods the open or last batch saw.
-    batch_pods: BTreeSet<String>,
-    /// When the last provisioning round ran.
-    last_round: Option<Timestamp>,
-    /// The one clock the cloud, the provisioner and the disruption controller read.
-    clock: VirtualClock,
-    /// Seconds the simulated cloud takes from creating a VM to running it.
-    launch_latency: i64,
-}
-
-/// The container name of every simulated workload's one container.
-const USAGE_CONTAINER: &str = "app";
-
-/// A pod's container in the usage history, named as a Deployment's pods are
-/// (`<workload>-<hash>-<5 characters>`), so right-sizing maps it to its workload as it maps
-/// a cluster's pods.
-fn usage_key(w: &super::scenario::Workload, ordinal: u64) -> ContainerKey {
-    ContainerKey {
-        namespace: w.namespace.clone(),
-        pod: format!("{}-5c4d9b8f7-{:05}", w.name, ordinal % 100_000),
-        container: USAGE_CONTAINER.to_string(),
+/// A NodePool of general-purpose D and E sizes (v5/v6, amd64) of one capacity type.
+fn node_pool(
+    name: &str,
+    capacity_type: &str,
+    weight: i32,
+    settings: &RunSettings,
+) -> NodePool {
+    let mut annotations = serde_json::Map::new();
+    if settings.mode == Mode::RecommendOnly {
+        // Tailor provisions the pool; its consolidation is reported only.
+        annotations.insert(
+            labels::DISRUPTION_MODE_ANNOTATION.to_string(),
+            json!("recommend"),
+        );
     }
-}
-
-fn pod_info(namespace: &str, name: &str, kind: Kind, app: &str) -> PodInfo {
-    let mut info = PodInfo::new(&format!("{namespace}/{name}"), Resources::default());
-    info.labels = BTreeMap::from([("app".to_string(), app.to_string())]);
-    info.owner = Some(format!("{}/{app}", kind.as_str()));
-    info
-}
-
-fn resources(cpu: i64, memory: i64) -> Resources {
-    let mut r = Resources::cpu_memory(cpu, memory);
-    r.set(&Dimension::Pods, 1);
-    r
-}
-
-impl World<'_> {
-    fn pod_info(&self, p: &SimPod) -> PodInfo {
-        let mut info = self.templates[p.workload].clone();
-        info.key = p.key.clone();
-        info.requests = resources(p.cpu, p.memory);
-        info.node_name = p.node.clone();
-        info
-    }
-
-    fn is_daemon(&self, p: &SimPod) -> bool {
-        self.scenario.workloads[p.workload].kind == Kind::DaemonSet
-    }
-
-    fn existing(&self, n: &SimNode) -> ExistingNode {
-        ExistingNode {
-            name: n.name.clone(),
-            labels: n.labels.clone(),
-            taints: n.taints.clone(),
-            allocatable: n.allocatable.clone(),
-            pods: self
-                .pods
-                .iter()
-                .filter(|p| p.node.as_deref() == Some(n.name.as_str()))
-                .map(|p| std::sync::Arc::new(self.pod_info(p)))
-                .collect(),
-            unschedulable: false,
-        }
-    }
-
-    fn pools_now(&self) -> Vec<Pool> {
-        let mut pools = self.pools.clone();
-        for pool in &mut pools {
-            let owned = |l: &BTreeMap<String, String>| {
-                l.get(labels::NODE_POOL).is_some_and(|p| *p == pool.name)
-            };
-            pool.nodes_in_use = (self.nodes.iter().filter(|n| owned(&n.labels)).count()
-                + self.launching.values().filter(|l| owned(l)).count())
-                as i64;
-        }
-        pools
-    }
-
-    fn pending(&self) -> Vec<PodInfo> {
-        self.pods
-            .iter()
-            .filter(|p| p.node.is_none())
-            .map(|p| self.pod_info(p))
-            .collect()
-    }
-
-    /// The view disruption decides over.
-    fn view(&self) -> Cluster {
-        let rules = PoolRules {
-            policy: crate::apis::ConsolidationPolicy::WhenEmptyOrUnderutilized,
-            consolidate_after: Some(self.settings.consolidate_after),
-            budgets: vec![(
-                BudgetNodes::Percent(self.settings.budget_percent),
-                Vec::new(),
-            )],
-            template_hash: String::new(),
-            expire_after: None,
-        };
-        Cluster {
-            input: Input {
-                pending: self.pending(),
-                nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
-                pools: self.pools_now(),
-                daemon_sets: self.daemon_sets.clone(),
+    let taints = if capacity_type == labels::CAPACITY_TYPE_SPOT {
+        json!([{"key": SPOT_TAINT, "value": "true", "effect": "NoSchedule"}])
+    } else {
+        json!([])
+    };
+    object(json!({
+        "apiVersion": "tailor.sh/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "weight": weight,
+            "template": {"spec": {
+                "nodeClassRef": {"group": "tailor.sh", "kind": "AKSNodeClass", "name": "default"},
+                "taints": taints,
+                "requirements": [
+                    {"key": labels::CAPACITY_TYPE, "operator": "In", "values": [capacity_type]},
+                    {"key": labels::OS, "operator": "In", "values": [labels::OS_LINUX]},
+                    {"key": labels::SKU_FAMILY, "operator": "In", "values": ["D", "E"]},
+                    {"key": labels::SKU_VERSION, "operator": "In", "values": ["5", "6"]},
+                    {"key": labels::ARCH, "operator": "In", "values": [labels::ARCH_AMD64]},
+                ],
+            }},
+            "disruption": {
+                "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                "consolidateAfter": format!("{}s", settings.consolidate_after),
+                "budgets": [{"nodes": format!("{}%", settings.budget_percent)}],
             },
-            nodes: self
-                .nodes
-                .iter()
-                .map(|n| NodeMeta {
-                    pool: n.labels.get(labels::NODE_POOL).cloned(),
-                    instance_type: n.instance_type.clone(),
-                    zone: n.zone.clone(),
-                    capacity_type: n.capacity_type,
-                    price_per_hour: Some(n.price),
-                    created: Some(n.created),
-                    last_pod_event: Some(n.last_pod_event),
-                    do_not_disrupt: false,
-                    drifted: None,
-                    provider_id: Some(n.provider_id.clone()),
-                })
-                .collect(),
-            do_not_disrupt: Default::default(),
-            pdbs: Vec::new(),
-            rules: self
-                .pools
-                .iter()
-                .map(|p| (p.name.clone(), rules.clone()))
-                .collect(),
-            now: self.now,
-            expected: self.expected.clone(),
-            unreadable: BTreeMap::new(),
-            held: Default::default(),
-        }
-    }
+        },
+    }))
+}
 
-    fn new_pod(&mut self, w: usize, node: Option<String>) {
-        let workload = &self.scenario.workloads[w];
-        self.next_ordinal[w] += 1;
-        let ordinal = self.next_ordinal[w];
-        let key = match &node {
-            Some(n) => format!("{}/{}-{n}", workload.namespace, workload.name),
-            None => format!("{}/{}-{ordinal}", workload.namespace, workload.name),
-        };
-        // Replicas differ a little from each other, deterministically.
-        let jitter = 0.9 + ((ordinal.wrapping_mul(2_654_435_761) % 1000) as f64) / 5000.0;
-        let s = self.sizes[w];
-        let running = node.is_some();
-        self.pods.push(SimPod {
-            key,
-            ordinal,
-            workload: w,
-            node,
-            running,
-            cpu: s.cpu,
-            memory: s.memory,
-            memory_limit: s.memory_limit,
-            pending_since: (!running).then_some(self.now),
-            pending_cause: if workload.kind == Kind::Job {
-                "job"
-            } else {
-                "scale-up"
-            },
-            jitter,
-        });
-    }
+fn node_class() -> AKSNodeClass {
+    object(json!({
+        "apiVersion": "tailor.sh/v1alpha1",
+        "kind": "AKSNodeClass",
+        "metadata": {"name": "default"},
+        "spec": {},
+    }))
+}
 
-    /// Counts `seconds` of pending time for every pod not running, by why it is pending.
-    fn count_pending(&mut self, seconds: f64) {
-        for p in self.pods.iter().filter(|p| !p.running) {
-            self.pending_seconds += seconds;
-            *self.pending_by_cause.entry(p.pending_cause).or_default() += seconds;
-        }
+/// The cluster's default RightsizingPolicy: the run's policy, applied (`Auto`, resized in
+/// place) in autonomous mode, else reported.
+fn policy(settings: &RunSettings) -> RightsizingPolicy {
+    let mut spec = settings.policy.clone();
+    spec.mode = if settings.applies_rightsizing() {
+        PolicyMode::Auto
+    } else {
+        PolicyMode::Recommend
+    };
+    RightsizingPolicy {
+        metadata: kube::api::ObjectMeta {
+            name: Some("default".to_string()),
+            namespace: Some(AGENT_NAMESPACE.to_string()),
+            ..kube::api::ObjectMeta::default()
+        },
+        spec,
+        status: None,
     }
+}
 
-    /// Replica changes: create or delete pods to match what the workloads want now.
-    fn reconcile_workloads(&mut self) {
-        for w in 0..self.scenario.workloads.len() {
-            let workload = &self.scenario.workloads[w];
-            if workload.kind == Kind::DaemonSet {
-                continue;
-            }
-            let want = self.scenario.desired(workload, self.now) as usize;
-            let have: Vec<usize> = (0..self.pods.len())
-                .filter(|&i| self.pods[i].workload == w)
-                .collect();
-            if have.len() < want {
-                for _ in have.len()..want {
-                    self.new_pod(w, None);
-                }
-            } else if have.len() > want {
-                // The newest go first; pending ones before running ones.
-                let mut order = have.clone();
-                order.sort_by_key(|&i| (self.pods[i].running, std::cmp::Reverse(i)));
-                let mut gone: Vec<usize> = order[..have.len() - want].to_vec();
-                gone.sort_unstable_by(|a, b| b.cmp(a));
-                for i in gone {
-                    let p = self.pods.remove(i);
-                    if let Some(n) = p.node
-                        && let Some(node) = self.nodes.iter_mut().find(|x| x.name == n)
-                    {
-                        node.last_pod_event = self.now;
-                    }
-                }
-            }
-        }
-    }
-
-    /// VMs that came up register as nodes (with their DaemonSet pods); nominated pods
-    /// start running.
-    async fn register(&mut self, cloud: &Cloud) {
-        let Ok(instances) = cloud.list().await else {
-            return;
-        };
-        // Nodes whose VM is gone (a spot VM reclaimed, or deleted) leave the cluster.
-        let alive: BTreeSet<&str> = instances
-            .iter()
-            .filter(|i| i.state == InstanceState::Running)
-            .map(|i| i.claim.as_str())
-            .collect();
-        let gone: Vec<String> = self
-            .nodes
-            .iter()
-            .filter(|n| !alive.contains(n.name.as_str()))
-            .map(|n| n.name.clone())
-            .collect();
-        for name in gone {
-            if let Some(m) = &self.metrics
-                && let Some(n) = self.nodes.iter().find(|n| n.name == name)
-            {
-                let pool = n.labels.get(labels::NODE_POOL).map_or("", String::as_str);
-                m.nodeclaim_terminated(pool, "interrupted");
-            }
-            self.remove_node(&name);
-        }
-        for i in instances {
-            if i.state != InstanceState::Running || self.nodes.iter().any(|n| n.name == i.claim) {
-                continue;
-            }
-            let pool_name = self
-                .launching
-                .get(&i.claim)
-                .and_then(|l| l.get(labels::NODE_POOL))
-                .or_else(|| i.tags.get("tailor.sh_nodepool"))
-                .cloned()
-                .unwrap_or_default();
-            let Some(pool) = self.pools.iter().find(|p| p.name == pool_name) else {
-                continue;
-            };
-            let Some(t) = pool
-                .instance_types
-                .iter()
-                .find(|t| t.name == i.instance_type)
-            else {
-                continue;
-            };
-            let (allocatable, taints) = (t.allocatable.clone(), pool.taints.clone());
-            let mut node_labels = self.launching.remove(&i.claim).unwrap_or_else(|| {
-                let mut l = t.requirements.single_valued_labels();
-                l.insert(labels::NODE_POOL.to_string(), pool_name.clone());
-                l
-            });
-            node_labels.insert(labels::INSTANCE_TYPE.to_string(), i.instance_type.clone());
-            node_labels.insert(labels::ZONE.to_string(), i.zone.clone());
-            node_labels.insert(
-                labels::CAPACITY_TYPE.to_string(),
-                i.capacity_type.as_str().to_string(),
-            );
-            node_labels.insert(labels::HOSTNAME.to_string(), i.claim.clone());
-            // The node joined when its VM came up, which may be between two of the
-            // simulation's looks.
-            let joined = (i.created_at.as_second() + self.launch_latency)
-                .clamp(self.now - SUB_STEP, self.now);
-            if let Some(m) = &self.metrics {
-                let launched = joined - i.created_at.as_second();
-                m.observe_nodeclaim_stage(&pool_name, Stage::Registered, launched as f64);
-                // A simulated node is ready for pods as it joins.
-                m.observe_nodeclaim_stage(&pool_name, Stage::Initialized, 0.0);
-            }
-            self.nodes.push(SimNode {
-                name: i.claim.clone(),
-                provider_id: i.provider_id.clone(),
-                instance_type: i.instance_type.clone(),
-                zone: i.zone.clone(),
-                capacity_type: i.capacity_type,
-                price: i.price_per_hour,
-                allocatable,
-                labels: node_labels,
-                taints,
-                created: joined,
-                last_pod_event: joined,
-            });
-            if i.capacity_type == CapacityType::Spot {
-                // A quarter of spot VMs are reclaimed within 1-11 hours of starting.
-                let h = i.claim.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                    (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-                });
-                if h % 4 == 0 {
-                    let at = self.now + 3600 + (h / 4 % 36_000) as i64;
-                    if let Ok(at) = Timestamp::from_second(at) {
-                        cloud.inner().schedule_spot_interruption(&i.provider_id, at);
-                    }
-                }
-            }
-            for w in 0..self.scenario.workloads.len() {
-                if self.scenario.workloads[w].kind == Kind::DaemonSet {
-                    self.new_pod(w, Some(i.claim.clone()));
-                }
-            }
-            let now = self.now;
-            for p in &mut self.pods {
-                if p.node.as_deref() == Some(i.claim.as_str()) && !p.running {
-                    p.running = true;
-                    if let Some(since) = p.pending_since.take() {
-                        let started = joined.max(since);
-                        // Pending time is counted a sub-step at a time: the part of the
-                        // last one after the node joined was running time.
-                        let over = (now - started) as f64;
-                        self.pending_seconds -= over;
-                        *self.pending_by_cause.entry(p.pending_cause).or_default() -= over;
-                        self.latencies.push((started - since) as f64);
-                        if let Some(m) = &self.metrics {
-                            m.observe_pod_startup(&pool_name, (started - since) as f64);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Removes a node: its DaemonSet pods go with it, the others are pending again.
-    fn remove_node(&mut self, node: &str) {
-        self.nodes.retain(|n| n.name != node);
-        let now = self.now;
-        let workloads = &self.scenario.workloads;
-        self.pods.retain(|p| {
-            !(p.node.as_deref() == Some(node) && workloads[p.workload].kind == Kind::DaemonSet)
-        });
-        for p in &mut self.pods {
-            if p.node.as_deref() == Some(node) {
-                p.node = None;
-                p.running = false;
-                p.pending_since = Some(now);
-                p.pending_cause = "node-lost";
-            }
-        }
-    }
-
-    /// Spot interruption notices: the node is cordoned and drained at once (its pods are
-    /// pending again and get new nodes); the cloud reclaims the VM at the deadline.
-    async fn interruptions(&mut self, cloud: &Cloud) {
-        let Ok(notices) = cloud.interruptions().await else {
-            return;
-        };
-        for notice in notices {
-            let Some(node) = self
-                .nodes
-                .iter_mut()
-                .find(|n| n.provider_id == notice.provider_id)
-            else {
-                continue;
-            };
-            node.taints.push(Taint {
-                key: DISRUPTED_TAINT.to_string(),
-                effect: "NoSchedule".to_string(),
-                ..Taint::default()
-            });
-            let name = node.name.clone();
-            self.spot_interruptions += 1;
-            let now = self.now;
-            for p in &mut self.pods {
-                if p.node.as_deref() == Some(name.as_str())
-                    && self.scenario.workloads[p.workload].kind != Kind::DaemonSet
-                {
-                    p.node = None;
-                    p.running = false;
-                    p.pending_since = Some(now);
-                    p.pending_cause = "spot-interrupted";
-                }
-            }
-        }
-    }
-
-    /// Pending pods, planned as the agent's provisioning controller plans them: a change in
-    /// the pending set, or pods a round left pending once the retry pause has passed, opens
-    /// or extends a batch, and the provisioner places them on nodes with room or buys new
-    /// nodes for them when the [`Batcher`] closes it. Pods appear here at the sub-step's
-    /// grain, longer than the batch windows and the retry pause, so a batch opened at a
-    /// sub-step closes within it, at its deadline, and the round runs then.
-    async fn provision(&mut self, provisioner: &mut Provisioner<Cloud>) {
-        let pending = self.pending();
-        if pending.is_empty() {
-            self.batcher.reset();
-            self.batch_pods.clear();
-            return;
-        }
-        let now = self.timestamp();
-        let keys: BTreeSet<String> = pending.iter().map(|p| p.key.clone()).collect();
-        let retry = self
-            .last_round
-            .is_some_and(|t| now.duration_since(t) >= provisioning::RETRY);
-        if keys != self.batch_pods || retry {
-            self.batcher.observe(now);
-            self.batch_pods = keys;
-        }
-        let Some(at) = self.batcher.deadline() else {
-            return;
-        };
-        if at.as_second() >= self.now + SUB_STEP {
-            // The batch closes after this sub-step: planned at a later call.
-            return;
-        }
-        self.batcher.reset();
-        self.last_round = Some(at);
-        // The round runs when the batch closes: the cloud stamps its launches then.
-        self.clock.set(at);
-        let input = Input {
-            pending,
-            nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
-            pools: self.pools_now(),
-            daemon_sets: self.daemon_sets.clone(),
-        };
-        let since: BTreeMap<String, Timestamp> = self
-            .pods
-            .iter()
-            .filter_map(|p| {
-                Some((
-                    p.key.clone(),
-                    Timestamp::from_second(p.pending_since?).ok()?,
-                ))
-            })
-            .collect();
-        let round = provisioner.provision(&input, at, &since).await;
-        let now = at.as_second();
-        for placement in &round.plan.existing_nodes {
-            for key in &placement.pods {
-                if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
-                    p.node = Some(placement.node.clone());
-                    p.running = true;
-                    if let Some(since) = p.pending_since.take() {
-                        self.latencies.push((now - since) as f64);
-                        if let Some(m) = &self.metrics {
-                            let pool = self
-                                .nodes
-                                .iter()
-                                .find(|n| n.name == placement.node)
-                                .and_then(|n| n.labels.get(labels::NODE_POOL))
-                                .map_or("", String::as_str);
-                            m.observe_pod_startup(pool, (now - since) as f64);
-                        }
-                    }
-                }
-            }
-            if let Some(n) = self.nodes.iter_mut().find(|n| n.name == placement.node) {
-                n.last_pod_event = now;
-            }
-        }
-        self.launched(round);
-    }
-
-    /// Buys, ahead of time, the capacity each NodePool is expected to need within the
-    /// headroom lead beyond what it carries (`Provisioner::buy_ahead`; autonomous mode,
-    /// nothing while pods are pending or nodes launching).
-    async fn headroom(&mut self, provisioner: &mut Provisioner<Cloud>) {
-        let lead = self.settings.headroom_lead;
-        if lead <= 0
-            || self.settings.mode != Mode::Autonomous
-            || !self.launching.is_empty()
-            || self.pods.iter().any(|p| p.node.is_none())
-        {
-            return;
-        }
-        let input = Input {
-            pending: Vec::new(),
-            nodes: self.nodes.iter().map(|n| self.existing(n)).collect(),
-            pools: self.pools_now(),
-            daemon_sets: self.daemon_sets.clone(),
-        };
-        let now = Clock::now(&self.clock);
-        if let Some(round) = provisioner
-            .buy_ahead(
-                &input,
-                &self.demand,
-                now,
-                lead,
-                self.settings.forecast_horizon,
-                self.settings.headroom_margin,
-            )
-            .await
-        {
-            self.launched(round);
-        }
-    }
-
-    /// Evaluates disruption on the cluster now, as the agent's disruption controller does:
-    /// the requests' cycle recorded and its expectation attached, the decisions counted in
-    /// the metrics.
-    fn evaluate_disruption(&mut self, settings: &disruption::Settings) -> disruption::Report {
-        let mut view = self.view();
-        self.demand.record(&view.input, self.now);
-        self.expected = self
-            .demand
-            .expected(&view.input, self.now, self.settings.forecast_horizon);
-        view.expected = self.expected.clone();
-        let started = std::time::Instant::now();
-        let report = disruption::evaluate(&view, settings);
-        if let Some(m) = &self.metrics {
-            let seconds = started.elapsed().as_secs_f64();
-            m.observe_decision("disruption", seconds);
-            m.reconcile(Controller::Disruption, seconds, false);
-            m.set_disruption_blocked(report.blocked.iter().map(|b| b.reason.as_str()));
-            let savings = report.decisions.iter().map(|d| d.savings_per_hour.max(0.0));
-            m.set_savings_available(SavingsSource::Consolidation, savings.sum());
-            let mode = match self.settings.mode {
-                Mode::Autonomous => "autonomous",
-                Mode::RecommendOnly => "recommend",
-            };
-            for d in &report.decisions {
-                // `Method`'s names, lower-cased, are the documented label values.
-                let method = format!("{:?}", d.method).to_lowercase();
-                m.disruption_decision(&method, mode);
-            }
-        }
-        report
-    }
-
-    /// The clock as a timestamp.
-    fn timestamp(&self) -> Timestamp {
-        Timestamp::from_second(self.now).unwrap_or(Timestamp::UNIX_EPOCH)
-    }
-
-    /// Books what a provisioning round launched: each node is launching until it
-    /// registers, and the pods planned onto it are nominated to it.
-    fn launched(&mut self, round: &provisioning::Round) {
-        let now = round.at.as_second();
-        for l in &round.launched {
-            self.launched_per_hour += l.instance.price_per_hour;
-            if let Some(m) = &self.metrics {
-                // The simulated claim is created and launched in one step.
-                let launched = l.instance.created_at.as_second() - now;
-                m.observe_nodeclaim_stage(&l.claim.node_pool, Stage::Launched, launched as f64);
-            }
-            self.launching
-                .insert(l.instance.claim.clone(), l.claim.labels.clone());
-            for key in &l.claim.pods {
-                if let Some(p) = self.pods.iter_mut().find(|p| &p.key == key) {
-                    p.node = Some(l.instance.claim.clone());
-                }
-            }
-        }
-    }
-
-    /// One step of usage: the usage is recorded, pods past their memory limit are OOM-killed
-    /// (answered by [`World::answer_ooms`]).
-    fn usage(&mut self) -> (f64, f64) {
-        let i = ((self.now - self.scenario.start) / self.scenario.step).max(0) as usize;
-        let (mut cpu_used, mut mem_used) = (0.0, 0.0);
-        let mut killed = Vec::new();
-        // Per node: memory used, and per pod on it (key, bytes used above its request).
-        let mut on_node: BTreeMap<String, (f64, Vec<(String, f64)>)> = BTreeMap::new();
-        self.used_by_namespace.clear();
-        for p in &mut self.pods {
-            if !p.running {
-                continue;
-            }
-            let trace = &self.scenario.workloads[p.workload].trace;
-            let (Some(cpu), Some(mem)) = (trace.cpu.get(i), trace.memory.get(i)) else {
-                continue;
-            };
-            let (cpu, mem) = (cpu * p.jitter, mem * p.jitter);
-            cpu_used += cpu;
-            mem_used += mem;
-            let namespace = &self.scenario.workloads[p.workload].namespace;
-            let used = self.used_by_namespace.entry(namespace.clone()).or_default();
-            used.0 += cpu;
-            used.1 += mem;
-            let key = usage_key(&self.scenario.workloads[p.workload], p.ordinal);
-            self.usage.record(&key, self.now, cpu, mem);
-            if mem > p.memory_limit as f64 {
-                self.ooms += 1;
-                if let Some(m) = &self.metrics {
-                    m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
-                }
-                self.oom_by_workload[p.workload] += 1;
-                let shown = self.usage.oom_kill(key, self.now, mem, p.memory as f64);
-                self.observed.push(shown);
-                killed.push(p.key.clone());
-            } else if let Some(node) = &p.node {
-                let n = on_node.entry(node.clone()).or_default();
-                n.0 += mem;
-                n.1.push((p.key.clone(), mem - p.memory as f64));
-            }
-        }
-        // A limit above the request lets a pod use memory nobody reserved: when a node's
-        // pods use more than its allocatable memory, the kernel kills the pod furthest
-        // above its request (the kubelet's oom_score_adj for Burstable pods orders them
-        // so), as many as it takes.
-        for (node, (mut used, mut pods)) in on_node {
-            let Some(allocatable) = self
-                .nodes
-                .iter()
-                .find(|n| n.name == node)
-                .map(|n| n.allocatable.get(&Dimension::Memory) as f64)
-            else {
-                continue;
-            };
-            pods.sort_by(|a, b| b.1.total_cmp(&a.1));
-            for (key, above) in pods {
-                if used <= allocatable || above <= 0.0 {
-                    break;
-                }
-                let Some(p) = self.pods.iter().find(|p| p.key == key) else {
-                    continue;
-                };
-                let mem = p.memory as f64 + above;
-                used -= mem;
-                self.ooms += 1;
-                if let Some(m) = &self.metrics {
-                    m.oom_kills(&self.scenario.workloads[p.workload].namespace, 1);
-                }
-                self.oom_by_workload[p.workload] += 1;
-                let usage = usage_key(&self.scenario.workloads[p.workload], p.ordinal);
-                let shown = self.usage.oom_kill(usage, self.now, mem, p.memory as f64);
-                self.observed.push(shown);
-                killed.push(key);
-            }
-        }
-        self.killed = killed;
-        (cpu_used, mem_used)
-    }
-
-    /// Tailor answers an OOM kill at once, as the agent does when a pod shows one: a
-    /// round, from which the killed workload's memory is bumped and the container restarts
-    /// at the new size (in place when its node has room, otherwise the pod is recreated
-    /// elsewhere).
-    async fn answer_ooms(&mut self) {
-        let killed = std::mem::take(&mut self.killed);
-        if killed.is_empty() || !self.settings.applies_rightsizing() {
-            return;
-        }
-        let recommendations = self.recommendations().await;
-        for key in killed {
-            let Some(i) = self.pods.iter().position(|p| p.key == key) else {
-                continue;
-            };
-            let w = self.pods[i].workload;
-            let next = recommendations[w]
-                .clone()
-                .and_then(|r| self.take(w, r, true))
-                .unwrap_or(self.sizes[w]);
-            let left = self.resize_in_place(w, next);
-            // The killed container cannot restart at its old size: without room on
-            // its node, the pod is recreated elsewhere.
-            if left.contains(&key)
-                && let Some(p) = self.pods.iter_mut().find(|p| p.key == key)
-            {
-                p.cpu = next.cpu;
-                p.memory = next.memory;
-                p.memory_limit = next.memory_limit;
-                p.node = None;
-                p.running = false;
-                p.pending_since = Some(self.now);
-                p.pending_cause = "oom-moved";
-            }
-        }
-    }
-
-    /// The workloads as the right-sizing service reads them: a Deployment each, its
-    /// template asking the workload's current size.
-    fn rightsizing_snapshot(&self) -> Snapshot {
-        use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-        use k8s_openapi::api::core::v1::{
-            Container, PodSpec, PodTemplateSpec, ResourceRequirements,
-        };
-        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-        let mut snapshot = Snapshot::default();
-        for (w, s) in self.scenario.workloads.iter().zip(&self.sizes) {
-            let list = |pairs: &[(&str, String)]| {
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), Quantity(v.clone())))
-                    .collect::<BTreeMap<_, _>>()
-            };
-            let container = Container {
-                name: USAGE_CONTAINER.to_string(),
-                resources: Some(ResourceRequirements {
-                    requests: Some(list(&[
-                        ("cpu", format!("{}m", s.cpu)),
-                        ("memory", s.memory.to_string()),
-                    ])),
-                    limits: Some(list(&[("memory", s.memory_limit.to_string())])),
-                    ..ResourceRequirements::default()
-                }),
-                ..Container::default()
-            };
-            snapshot.deployments.push(Deployment {
-                metadata: ObjectMeta {
-                    name: Some(w.name.clone()),
-                    namespace: Some(w.namespace.clone()),
-                    ..ObjectMeta::default()
+/// The pod template of a scenario workload: one container asking its requests as the team
+/// set them, its memory limit at the team's value; batch Jobs tolerate the spot taint.
+fn template(w: &super::scenario::Workload) -> serde_json::Value {
+    let tolerations = match w.kind {
+        Kind::Job => json!([{"key": SPOT_TAINT, "operator": "Exists", "effect": "NoSchedule"}]),
+        // Node agents run on every pool's nodes.
+        Kind::DaemonSet => json!([{"key": SPOT_TAINT, "operator": "Exists"}]),
+        _ => json!([]),
+    };
+    json!({
+        "metadata": {"labels": {"app": w.name}},
+        "spec": {
+            "restartPolicy": if w.kind == Kind::Job { "Never" } else { "Always" },
+            "tolerations": tolerations,
+            "containers": [{
+                "name": CONTAINER,
+                "image": format!("registry.example/{}:1", w.name),
+                "resources": {
+                    "requests": {"cpu": format!("{}m", w.cpu_request), "memory": w.memory_request.to_string()},
+                    "limits": {"memory": w.memory_limit.to_string()},
                 },
-                spec: Some(DeploymentSpec {
-                    template: PodTemplateSpec {
-                        spec: Some(PodSpec {
-                            containers: vec![container],
-                            ..PodSpec::default()
-                        }),
-                        ..PodTemplateSpec::default()
-                    },
-                    ..DeploymentSpec::default()
-                }),
-                ..Deployment::default()
-            });
-        }
-        snapshot
-    }
-
-    /// A right-sizing round through the service the agent's controller runs: the usage
-    /// since each workload's checkpoint and the OOM kills the pods showed, all workloads
-    /// sized together under the run's policy. Per workload, its recommendation.
-    async fn recommendations(&mut self) -> Vec<Option<ContainerRecommendation>> {
-        let snapshot = self.rightsizing_snapshot();
-        let workloads = Workloads::from_snapshot(&snapshot);
-        let policies = Policies::only(self.settings.policy.clone());
-        let observed = std::mem::take(&mut self.observed);
-        let outcome = recommend_workloads(
-            &self.usage,
-            ServiceRequest {
-                snapshot: &snapshot,
-                workloads: &workloads,
-                policies: &policies,
-                namespaces: &[],
-                history: None,
-                step: self.scenario.step,
-                now: self.now,
-                largest_node: self.context.largest_node,
-                prices: self.context.prices,
-                resume: Resume::PerWorkload(std::mem::take(&mut self.checkpoints)),
-                keep_hours: false,
-                ooms: &observed,
-            },
-        )
-        .await;
-        // The recorded source cannot fail; were it to, the round would leave every size.
-        let Ok(outcome) = outcome else {
-            return vec![None; self.scenario.workloads.len()];
-        };
-        self.checkpoints = outcome.checkpoints;
-        if let Some(until) = self.checkpoints.values().map(|c| c.until).min() {
-            self.usage.forget_before(until);
-        }
-        let index: BTreeMap<(&str, &str), usize> = self
-            .scenario
-            .workloads
-            .iter()
-            .enumerate()
-            .map(|(i, w)| ((w.namespace.as_str(), w.name.as_str()), i))
-            .collect();
-        let mut out = vec![None; self.scenario.workloads.len()];
-        for c in outcome.containers {
-            if let Some(&i) = index.get(&(c.workload.namespace.as_str(), c.workload.name.as_str()))
-            {
-                out[i] = Some(c.recommendation);
-            }
-        }
-        out
-    }
-
-    /// Takes workload `w`'s recommendation `r`; with `oom`, only a memory increase is
-    /// taken. Returns the new size when it changed.
-    fn take(&mut self, w: usize, r: ContainerRecommendation, oom: bool) -> Option<Sizes> {
-        let s = self.sizes[w];
-        let current = Requests {
-            cpu: Some(s.cpu),
-            memory: Some(s.memory),
-            cpu_limit: None,
-            memory_limit: Some(s.memory_limit),
-        };
-        if !oom {
-            self.last_recommendation[w] = r
-                .recommended
-                .cpu
-                .map(|_| (r.actionable, r.hourly_cost_delta));
-        }
-        // The recommendation is the whole target; a change moves at most the policy's
-        // step towards it (an OOM-driven memory increase whole), as actuation does.
-        let applied =
-            crate::rightsizing::recommender::next_step(current, &r, self.settings.policy.max_step);
-        let (Some(cpu), Some(memory)) = (applied.cpu, applied.memory) else {
-            return None;
-        };
-        let mut next = Sizes {
-            cpu,
-            memory,
-            memory_limit: applied.memory_limit.unwrap_or(memory).max(memory),
-        };
-        if oom {
-            if next.memory <= s.memory {
-                return None;
-            }
-            next.cpu = s.cpu;
-        } else if !r.actionable || next == s {
-            return None;
-        }
-        // The reasons of the last change made, not of later rounds that left the size
-        // alone ("within 10%: unchanged" would contradict the change shown beside it).
-        if !oom {
-            self.last_reasons[w] = r.reasons;
-        }
-        self.sizes[w] = next;
-        Some(next)
-    }
-
-    /// A right-sizing round: recommendations for every workload; in autonomous mode the
-    /// actionable ones become the workload's size and running pods are resized in place
-    /// where their node has room.
-    async fn rightsize(&mut self) -> usize {
-        let started = std::time::Instant::now();
-        let recommendations = self.recommendations().await;
-        let mut changed = 0;
-        let mut available = 0.0;
-        for (w, r) in recommendations.into_iter().enumerate() {
-            let before = self.sizes[w];
-            let Some(next) = r.and_then(|r| self.take(w, r, false)) else {
-                continue;
-            };
-            changed += 1;
-            if !self.settings.applies_rightsizing() {
-                self.sizes[w] = before; // reported only
-                let pods = self.pods.iter().filter(|p| p.workload == w).count();
-                if let Some((true, delta)) = self.last_recommendation[w] {
-                    available += (-delta).max(0.0) * pods as f64;
-                }
-                continue;
-            }
-            self.applied += 1;
-            if let Some(m) = &self.metrics {
-                m.recommendation_applied(&self.scenario.workloads[w].namespace);
-            }
-            self.resize_in_place(w, next);
-        }
-        if let Some(m) = &self.metrics {
-            let seconds = started.elapsed().as_secs_f64();
-            m.observe_decision("rightsizing", seconds);
-            m.reconcile(Controller::Rightsizing, seconds, false);
-            let covered = self.last_recommendation.iter().flatten().count();
-            m.set_rightsizing_containers(covered);
-            let stale = self
-                .last_recommendation
-                .iter()
-                .flatten()
-                .filter(|(actionable, _)| !actionable)
-                .count();
-            let applied = (0..self.sizes.len())
-                .filter(|&w| {
-                    let original = &self.scenario.workloads[w];
-                    self.sizes[w].cpu != original.cpu_request
-                        || self.sizes[w].memory != original.memory_request
-                })
-                .count();
-            let actionable = if self.settings.applies_rightsizing() {
-                0
-            } else {
-                changed
-            };
-            m.set_recommendations(RecommendationState::Actionable, actionable);
-            m.set_recommendations(RecommendationState::Applied, applied);
-            m.set_recommendations(RecommendationState::Stale, stale);
-            m.set_savings_available(SavingsSource::Rightsizing, available);
-            // The simulated usage is read every step: the newest sample is this step's.
-            m.set_usage_data_age(0.0);
-        }
-        changed
-    }
-
-    /// Resizes the running pods of workload `w` to `next` where their node has room;
-    /// pods not yet running take it at once. Returns the pods left at their old size.
-    fn resize_in_place(&mut self, w: usize, next: Sizes) -> Vec<String> {
-        let mut used: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-        for p in &self.pods {
-            if let Some(n) = &p.node {
-                let e = used.entry(n.clone()).or_default();
-                e.0 += p.cpu;
-                e.1 += p.memory;
-            }
-        }
-        let mut left = Vec::new();
-        for p in self.pods.iter_mut().filter(|p| p.workload == w) {
-            let node = p
-                .node
-                .as_deref()
-                .and_then(|n| self.nodes.iter().find(|x| x.name == n));
-            let fits = match node {
-                None => true, // pending, or on a node still starting: takes the new size
-                Some(node) => {
-                    let e = used.entry(node.name.clone()).or_default();
-                    let cpu_after = e.0 - p.cpu + next.cpu;
-                    let mem_after = e.1 - p.memory + next.memory;
-                    let ok = cpu_after <= node.allocatable.get(&Dimension::Cpu)
-                        && mem_after <= node.allocatable.get(&Dimension::Memory);
-                    if ok {
-                        *e = (cpu_after, mem_after);
-                    }
-                    ok
-                }
-            };
-            if fits {
-                p.cpu = next.cpu;
-                p.memory = next.memory;
-                p.memory_limit = next.memory_limit;
-            } else {
-                left.push(p.key.clone());
-            }
-        }
-        left
-    }
-
-    /// Per namespace: requests before right-sizing and now, their hourly cost against the
-    /// cost of what is used, and the hour's realised right-sizing saving.
-    fn record_namespaces(&self, m: &Metrics) {
-        let prices = &self.context.prices;
-        let value = |cores: f64, bytes: f64| {
-            cores * prices.per_core_hour + bytes / GIB * prices.per_gib_hour
-        };
-        // (original cores, original bytes, current cores, current bytes)
-        let mut requests: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
-        for p in self.pods.iter().filter(|p| p.running) {
-            let w = &self.scenario.workloads[p.workload];
-            let r = requests.entry(w.namespace.as_str()).or_default();
-            r.0 += w.cpu_request as f64 / 1000.0;
-            r.1 += w.memory_request as f64;
-            r.2 += p.cpu as f64 / 1000.0;
-            r.3 += p.memory as f64;
-        }
-        let mut realised = 0.0;
-        for (namespace, (cpu0, mem0, cpu, mem)) in &requests {
-            m.set_namespace_requests(namespace, When::Before, *cpu0, *mem0);
-            m.set_namespace_requests(namespace, When::After, *cpu, *mem);
-            m.set_namespace_cost(namespace, Usage::Requested, value(*cpu, *mem));
-            let (cpu_used, mem_used) = self
-                .used_by_namespace
-                .get(*namespace)
-                .copied()
-                .unwrap_or_default();
-            m.set_namespace_cost(namespace, Usage::Used, value(cpu_used, mem_used));
-            realised += (value(*cpu0, *mem0) - value(*cpu, *mem)).max(0.0);
-        }
-        // Sampled hourly: the hour's saving is the rate times one hour.
-        m.savings_realised(SavingsSource::Rightsizing, realised);
-        m.set_snapshot_objects("Pod", self.pods.len());
-        m.set_snapshot_objects("Node", self.nodes.len());
-    }
-
-    fn sample(&mut self, cpu_used: f64, mem_used: f64, cloud: &SimulatedAzure) -> Sample {
-        let mut nodes_by_type = BTreeMap::new();
-        let mut cost_by_type: BTreeMap<(String, String, String, String), f64> = BTreeMap::new();
-        let mut count_by_type: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
-        for n in &self.nodes {
-            *nodes_by_type.entry(n.instance_type.clone()).or_default() += 1;
-            let pool = n.labels.get(labels::NODE_POOL).cloned().unwrap_or_default();
-            let key = (
-                pool,
-                n.instance_type.clone(),
-                n.capacity_type.as_str().to_string(),
-                n.zone.clone(),
-            );
-            *count_by_type.entry(key.clone()).or_default() += 1;
-            *cost_by_type.entry(key).or_default() += n.price;
-        }
-        if let Some(m) = &self.metrics {
-            for (pool, t, capacity, zone) in self
-                .reported_types
-                .iter()
-                .filter(|k| !cost_by_type.contains_key(*k))
-            {
-                m.set_node_cost(pool, t, capacity, zone, 0.0);
-                m.set_nodes(pool, t, capacity, zone, 0);
-            }
-            for ((pool, t, capacity, zone), cost) in &cost_by_type {
-                m.set_node_cost(pool, t, capacity, zone, *cost);
-            }
-            for ((pool, t, capacity, zone), n) in &count_by_type {
-                m.set_nodes(pool, t, capacity, zone, *n);
-            }
-            self.reported_types = cost_by_type.keys().cloned().collect();
-            self.record_namespaces(m);
-        }
-        let scheduled = self.pods.iter().filter(|p| p.node.is_some());
-        let (cpu, mem) = scheduled.fold((0i64, 0i64), |a, p| (a.0 + p.cpu, a.1 + p.memory));
-        Sample {
-            t: self.now,
-            hourly_cost: cloud.hourly_cost(),
-            nodes_by_type,
-            cpu_requested: cpu as f64 / 1000.0,
-            cpu_used,
-            memory_requested: mem as f64 / GIB,
-            memory_used: mem_used / GIB,
-            recommendations_applied: self.applied,
-            pending: self.pods.iter().filter(|p| p.node.is_none()).count(),
-            evicted: self.evicted,
-            oom_kills: self.ooms,
-        }
-    }
+            }],
+        },
+    })
 }
 
-impl Actuator for World<'_> {
-    fn taint(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
-        let result = match self.nodes.iter_mut().find(|n| n.name == node) {
-            Some(n) => {
-                n.taints.push(Taint {
-                    key: DISRUPTED_TAINT.to_string(),
-                    effect: "NoSchedule".to_string(),
-                    ..Taint::default()
-                });
-                Ok(())
-            }
-            None => Err(ActError::Failed(format!("node {node} not found"))),
-        };
-        ready(result)
-    }
-
-    fn evict(&mut self, pod: &str) -> impl Future<Output = Result<(), ActError>> + Send {
-        let now = self.now;
-        if let Some(i) = self.pods.iter().position(|p| p.key == pod) {
-            if let Some(n) = self.pods[i].node.clone()
-                && let Some(node) = self.nodes.iter_mut().find(|x| x.name == n)
-            {
-                node.last_pod_event = now;
-            }
-            if self.is_daemon(&self.pods[i]) {
-                self.pods.remove(i);
-            } else {
-                // The controller recreates it; it is pending until placed.
-                let sizes = self.sizes[self.pods[i].workload];
-                let p = &mut self.pods[i];
-                p.node = None;
-                p.running = false;
-                p.pending_since = Some(now);
-                p.pending_cause = "evicted";
-                p.cpu = sizes.cpu;
-                p.memory = sizes.memory;
-                p.memory_limit = sizes.memory_limit;
-                self.evicted += 1;
-                self.evicted_by_workload[p.workload] += 1;
-                if let Some(m) = &self.metrics {
-                    m.eviction();
-                }
-            }
+/// Adds a scenario workload's objects to the cluster (shown to the agent) and its
+/// controller; returns the workload's index.
+fn add_workload(o: &mut Objects, w: &super::scenario::Workload) -> usize {
+    let t = template(w);
+    let meta = |name: &str| json!({"name": name, "namespace": w.namespace, "labels": {"app": w.name}});
+    let selector = json!({"matchLabels": {"app": w.name}});
+    let pod: Pod = object(json!({"metadata": t["metadata"], "spec": t["spec"]}));
+    let controller = match w.kind {
+        Kind::Deployment => {
+            let d: Deployment = o.show(object(json!({
+                "metadata": meta(&w.name),
+                "spec": {"replicas": w.replicas, "selector": selector, "template": t},
+            })));
+            let rs_name = format!("{}-5c4d9b8f7", w.name);
+            let mut rs_meta = meta(&rs_name);
+            rs_meta["ownerReferences"] = json!([{
+                "apiVersion": "apps/v1", "kind": "Deployment", "name": w.name,
+                "uid": d.uid().unwrap_or_default(), "controller": true,
+            }]);
+            let rs: ReplicaSet = o.show(object(json!({
+                "metadata": rs_meta,
+                "spec": {"replicas": w.replicas, "selector": selector, "template": t},
+            })));
+            Controller::new("ReplicaSet", &rs.metadata, pod, 0)
         }
-        ready(Ok(()))
-    }
-
-    fn delete_node(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
-        if let Some(m) = &self.metrics {
-            let pool = self
-                .nodes
-                .iter()
-                .find(|n| n.name == node)
-                .and_then(|n| n.labels.get(labels::NODE_POOL))
-                .map_or("", String::as_str);
-            m.nodeclaim_terminated(pool, "consolidation");
+        Kind::StatefulSet => {
+            let s: StatefulSet = o.show(object(json!({
+                "metadata": meta(&w.name),
+                "spec": {"replicas": w.replicas, "selector": selector, "serviceName": w.name, "template": t},
+            })));
+            Controller::new("StatefulSet", &s.metadata, pod, 0)
         }
-        self.remove_node(node);
-        ready(Ok(()))
-    }
+        Kind::Job => {
+            let j: Job = o.show(object(json!({
+                "metadata": meta(&w.name),
+                "spec": {"parallelism": w.replicas, "template": t},
+            })));
+            Controller::new("Job", &j.metadata, pod, 0)
+        }
+        Kind::DaemonSet => {
+            let d: DaemonSet = o.show(object(json!({
+                "metadata": meta(&w.name),
+                "spec": {"selector": selector, "template": t},
+            })));
+            Controller::new("DaemonSet", &d.metadata, pod, 0)
+        }
+    };
+    o.add_controller(controller)
 }
 
 fn percentile(values: &mut [f64], p: f64) -> f64 {
@@ -1485,131 +461,379 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[i.min(values.len() - 1)]
 }
 
-/// Runs `scenario` in one mode; `progress` is told the share done (0..1) now and then.
-/// With `metrics`, launches, terminations, provisioning latency and node cost are
-/// recorded as they happen (what `/metrics` serves).
-pub async fn run(
+/// A stable hash of a name (FNV-1a), for the scenario's per-pod and per-VM variations.
+fn hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// A pod's replicas differ a little from each other: its usage is the trace's times this.
+fn jitter(pod: &str) -> f64 {
+    0.9 + ((hash(pod) % 1000) as f64) / 5000.0
+}
+
+/// The simulated control plane's loop: VMs that came up join as Nodes (a quarter of spot
+/// VMs are reclaimed 1-11 hours later), Nodes whose VM is gone are removed, Azure's
+/// notices reach the Nodes, and the kubelet and the scheduler act on what changed. It runs
+/// whenever the cluster changes, when the next VM comes up or notice is due, and at least
+/// every [`CONTROL_PLANE_EVERY`].
+async fn control_plane(
+    cluster: SimCluster,
+    cloud: SimulatedAzure,
+    state: State,
+    sizes: BTreeMap<String, InstanceType>,
+    launch_latency: i64,
+    clock: Arc<dyn Clock>,
+) {
+    let mut notices: Vec<(i64, String)> = Vec::new();
+    loop {
+        let seen = state.generation();
+        let now = clock.now().as_second();
+        let instances = cloud.list().await.unwrap_or_default();
+        let announced = cloud.interruptions().await.unwrap_or_default();
+        {
+            let mut o = cluster.lock();
+            let alive: BTreeSet<&str> = instances.iter().map(|i| i.provider_id.as_str()).collect();
+            let lost: Vec<String> = o
+                .nodes
+                .values()
+                .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
+                .filter(|p| !alive.contains(p.as_str()))
+                .collect();
+            for p in lost {
+                o.vm_gone(&p);
+            }
+            for i in instances.iter().filter(|i| i.state == InstanceState::Running) {
+                let Some(size) = sizes.get(&i.instance_type) else {
+                    continue;
+                };
+                if o.nodes.contains_key(&i.claim) {
+                    continue;
+                }
+                o.join(i, size);
+                if i.capacity_type == CapacityType::Spot {
+                    let h = hash(&i.claim);
+                    if h % 4 == 0 {
+                        let at = now + 3600 + (h / 4 % 36_000) as i64;
+                        if let Ok(t) = Timestamp::from_second(at) {
+                            cloud.schedule_spot_interruption(&i.provider_id, t);
+                            notices.push((at, i.provider_id.clone()));
+                        }
+                    }
+                }
+            }
+            for n in &announced {
+                o.preemption_scheduled(&n.provider_id, n.deadline);
+            }
+            o.retry_deferred_resizes();
+            o.roll();
+            o.schedule();
+        }
+        // The next VM to come up, or the next notice or reclaim.
+        notices.retain(|(at, _)| *at + SPOT_NOTICE.as_secs() >= now);
+        let next = instances
+            .iter()
+            .filter(|i| i.state == InstanceState::Launching)
+            .map(|i| i.created_at.as_second() + launch_latency)
+            .chain(notices.iter().flat_map(|(at, _)| [*at, *at + SPOT_NOTICE.as_secs()]))
+            .filter(|t| *t > now)
+            .min();
+        let wait = next.map_or(CONTROL_PLANE_EVERY, |t| {
+            Duration::from_secs((t - now) as u64).min(CONTROL_PLANE_EVERY)
+        });
+        controllers::wait_for_change_since(&state, seen, wait).await;
+    }
+}
+
+/// What the run measures, as the cluster shows it.
+struct Figures {
+    /// When the measured run starts (the bring-up before it counts in nothing).
+    start: i64,
+    /// Pods not started yet: since when, and why they were made.
+    pending: BTreeMap<String, (i64, &'static str)>,
+    latencies: Vec<f64>,
+    pending_seconds: f64,
+    pending_by_cause: BTreeMap<&'static str, f64>,
+    evictions: BTreeMap<&'static str, usize>,
+    evicted_by_workload: Vec<usize>,
+    oom_by_workload: Vec<u64>,
+    ooms: u64,
+    /// Per workload, the requests its newest pods take (cpu, memory).
+    sizes: Vec<(i64, i64)>,
+    applied: usize,
+    /// Disruption commands under way: their NodeClaims gone so far, and those claims' USD
+    /// per hour.
+    commands: BTreeMap<String, (BTreeSet<String>, f64)>,
+    /// The sizes on sale, by name, to price NodeClaims.
+    sizes_by_name: BTreeMap<String, InstanceType>,
+    done: Vec<f64>,
+    credit_per_hour: f64,
+    realised: f64,
+    /// NodeClaims whose instance was already counted, and whether provisioning bought it.
+    instances_seen: BTreeSet<String>,
+    spot_interruptions: u64,
+}
+
+impl Figures {
+    fn cause(replaces: Option<Gone>, job: bool) -> &'static str {
+        match replaces {
+            None if job => "job",
+            None => "scale-up",
+            Some(Gone::EvictedByDisruption) => "evicted",
+            Some(Gone::EvictedToResize) => "resized",
+            Some(Gone::EvictedBeforeReclaim) => "spot-interrupted",
+            Some(Gone::NodeLost) => "node-lost",
+            Some(Gone::Deleted | Gone::ScaledDown) => "replaced",
+        }
+    }
+
+    fn count_pending(&mut self, since: i64, until: i64, cause: &'static str) {
+        let seconds = (until - since.max(self.start)).max(0) as f64;
+        self.pending_seconds += seconds;
+        *self.pending_by_cause.entry(cause).or_default() += seconds;
+    }
+
+    /// Takes in what the cluster did.
+    fn observe(
+        &mut self,
+        happenings: Vec<(i64, Happening)>,
+        o: &Objects,
+        scenario: &Scenario,
+        metrics: Option<&Metrics>,
+        applies: bool,
+    ) {
+        for (at, h) in happenings {
+            match h {
+                Happening::PodCreated {
+                    pod,
+                    workload,
+                    replaces,
+                } => {
+                    let job = scenario.workloads[workload].kind == Kind::Job;
+                    self.pending.insert(pod.clone(), (at, Self::cause(replaces, job)));
+                    self.size_seen(workload, o.pods.get(&pod), applies);
+                }
+                Happening::PodStarted { pod, node } => {
+                    if let Some((since, cause)) = self.pending.remove(&pod) {
+                        self.count_pending(since, at, cause);
+                        if since >= self.start && o.workload_of(&pod).is_some_and(|w| scenario.workloads[w].kind != Kind::DaemonSet) {
+                            self.latencies.push((at - since) as f64);
+                            if let Some(m) = metrics {
+                                let pool = o
+                                    .nodes
+                                    .get(&node)
+                                    .and_then(|n| n.labels().get(labels::NODE_POOL).cloned())
+                                    .unwrap_or_default();
+                                m.observe_pod_startup(&pool, (at - since) as f64);
+                            }
+                        }
+                    }
+                }
+                Happening::PodGone { pod, workload, why } => {
+                    if let Some((since, cause)) = self.pending.remove(&pod) {
+                        self.count_pending(since, at, cause);
+                    }
+                    if at < self.start {
+                        continue;
+                    }
+                    let cause = match why {
+                        Gone::EvictedByDisruption => "disruption",
+                        Gone::EvictedToResize => "rightsizing",
+                        Gone::EvictedBeforeReclaim => "spot-reclaim",
+                        _ => continue,
+                    };
+                    *self.evictions.entry(cause).or_default() += 1;
+                    if why != Gone::EvictedBeforeReclaim {
+                        self.evicted_by_workload[workload] += 1;
+                    }
+                }
+                Happening::Resized { pod } => {
+                    if let Some(w) = o.workload_of(&pod) {
+                        self.size_seen(w, o.pods.get(&pod), applies);
+                    }
+                }
+                Happening::ClaimGone { claim } => {
+                    let name = claim.name_any();
+                    let Some(id) = claim
+                        .annotations()
+                        .get(crate::controllers::disruption::COMMAND_ANNOTATION)
+                        .cloned()
+                    else {
+                        continue;
+                    };
+                    let Some(command) = o.commands.get(&id) else {
+                        continue;
+                    };
+                    let price = self.price_of(&claim);
+                    let replaced: f64 = command
+                        .replacements
+                        .iter()
+                        .filter_map(|r| o.node_claims.get(r))
+                        .map(|r| self.price_of(r))
+                        .sum();
+                    let entry = self.commands.entry(id.clone()).or_default();
+                    entry.0.insert(name);
+                    entry.1 += price;
+                    if entry.0.is_superset(&command.old) {
+                        let saving = entry.1 - replaced;
+                        self.commands.remove(&id);
+                        if at >= self.start {
+                            self.done.push(saving);
+                            self.credit_per_hour += saving.max(0.0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a NodeClaim's VM costs an hour, from the size, zone and capacity type its
+    /// launch labelled it with.
+    fn price_of(&self, claim: &crate::apis::NodeClaim) -> f64 {
+        let l = claim.labels();
+        let (Some(t), Some(zone), Some(ct)) = (
+            l.get(labels::INSTANCE_TYPE),
+            l.get(labels::ZONE),
+            l.get(labels::CAPACITY_TYPE),
+        ) else {
+            return 0.0;
+        };
+        self.sizes_by_name
+            .get(t)
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .find(|o| o.zone == *zone && o.capacity_type.as_str() == ct)
+            })
+            .map_or(0.0, |o| o.price_per_hour)
+    }
+
+    /// A pod of workload `w` took a size: a new size applied, when it differs.
+    fn size_seen(&mut self, w: usize, pod: Option<&Pod>, applies: bool) {
+        let Some(pod) = pod else { return };
+        let size = pod_requests(pod);
+        if size != self.sizes[w] {
+            self.sizes[w] = size;
+            if applies {
+                self.applied += 1;
+            }
+        }
+    }
+
+}
+
+/// Runs `scenario` in one mode on a paused runtime of its own (its clock is virtual);
+/// `progress` is told the share done (0..1) now and then. With `metrics`, the agent's
+/// controllers and the cluster record into them as they go (what `/metrics` serves).
+pub fn run(
     scenario: &Scenario,
     settings: &RunSettings,
     instance_types: Vec<InstanceType>,
     metrics: Option<&Metrics>,
     progress: &mut dyn FnMut(f64),
 ) -> RunResult {
-    let start = Timestamp::from_second(scenario.start).unwrap_or(Timestamp::UNIX_EPOCH);
-    let clock = VirtualClock::new(start);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build();
+    match runtime {
+        Ok(r) => r.block_on(run_paused(
+            scenario,
+            settings,
+            instance_types,
+            metrics,
+            progress,
+        )),
+        // A current-thread runtime without I/O has nothing that can fail to start; were it
+        // to, the run is empty rather than the demo aborting.
+        Err(_) => empty_run(settings),
+    }
+}
+
+fn empty_run(settings: &RunSettings) -> RunResult {
+    RunResult {
+        mode: settings.name().to_string(),
+        samples: Vec::new(),
+        workloads: Vec::new(),
+        summary: RunSummary::default(),
+    }
+}
+
+async fn run_paused(
+    scenario: &Scenario,
+    settings: &RunSettings,
+    instance_types: Vec<InstanceType>,
+    metrics: Option<&Metrics>,
+    progress: &mut dyn FnMut(f64),
+) -> RunResult {
+    let origin = Timestamp::from_second(scenario.start - WARM_UP).unwrap_or(Timestamp::UNIX_EPOCH);
+    let clock: Arc<dyn Clock> = Arc::new(RuntimeClock::starting_at(origin));
     let sim_settings = SimSettings {
         region: scenario.region.clone(),
         ..SimSettings::default()
     };
-    let cloud = SimulatedAzure::new(
-        Arc::new(clock.clone()),
-        instance_types.clone(),
-        sim_settings.clone(),
-    );
-    let pools = vec![
-        node_pool("spot", labels::CAPACITY_TYPE_SPOT, 10, &instance_types),
-        node_pool(
-            "default",
-            labels::CAPACITY_TYPE_ON_DEMAND,
-            0,
-            &instance_types,
-        ),
-    ];
-    let templates: Vec<PodInfo> = scenario
-        .workloads
-        .iter()
-        .map(|w| {
-            let mut info = pod_info(&w.namespace, &w.name, w.kind, &w.name);
-            if w.kind == Kind::Job {
-                // Batch work runs on spot when there is spot.
-                info.tolerations
-                    .push(k8s_openapi::api::core::v1::Toleration {
-                        key: Some(SPOT_TAINT.to_string()),
-                        operator: Some("Exists".to_string()),
-                        effect: Some("NoSchedule".to_string()),
-                        ..Default::default()
-                    });
-            }
-            info
-        })
-        .collect();
-    let daemon_sets = scenario
-        .workloads
-        .iter()
-        .filter(|w| w.kind == Kind::DaemonSet)
-        .map(|w| DaemonSetInfo {
-            key: format!("{}/{}", w.namespace, w.name),
-            requests: resources(w.cpu_request, w.memory_request),
-            node_requirements: Default::default(),
-            tolerations: Vec::new(),
-            host_ports: Vec::new(),
-            written: None,
-        })
-        .collect();
-    let largest = pools
-        .iter()
-        .flat_map(|p| p.instance_types.iter())
-        .map(|t| {
-            (
-                t.allocatable.get(&Dimension::Cpu),
-                t.allocatable.get(&Dimension::Memory),
-            )
-        })
-        .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
-    let context = Context {
-        largest_node: Some(largest),
-        prices: Prices::from_instance_types(&pools[1].instance_types),
-        ..Context::default()
+    let launch_latency = sim_settings.launch_latency.as_secs();
+    let cloud = SimulatedAzure::new(clock.clone(), instance_types.clone(), sim_settings);
+    let (state, feed) = State::in_memory();
+    let cluster = SimCluster::new(feed, clock.clone(), scenario.start as u64);
+    let workloads: Vec<usize> = {
+        let mut o = cluster.lock();
+        o.put(node_class());
+        o.put(node_pool("spot", labels::CAPACITY_TYPE_SPOT, 10, settings));
+        o.put(node_pool("default", labels::CAPACITY_TYPE_ON_DEMAND, 0, settings));
+        o.put(policy(settings));
+        let indices = scenario.workloads.iter().map(|w| add_workload(&mut o, w)).collect();
+        o.serve_webhook(
+            crate::webhook::Stores::of(&state, AGENT_NAMESPACE),
+            crate::webhook::Settings {
+                global_mode: PolicyMode::Auto,
+                agent_namespace: AGENT_NAMESPACE.to_string(),
+            },
+        );
+        o.synced();
+        indices
     };
-    let mut world = World {
-        scenario,
-        settings,
-        pools,
-        templates,
-        daemon_sets,
-        nodes: Vec::new(),
-        pods: Vec::new(),
-        sizes: scenario
-            .workloads
-            .iter()
-            .map(|w| Sizes {
-                cpu: w.cpu_request,
-                memory: w.memory_request,
-                memory_limit: w.memory_limit,
-            })
-            .collect(),
-        next_ordinal: vec![0; scenario.workloads.len()],
-        launching: BTreeMap::new(),
-        // Memory is read at the usage step: each sample is its own peak.
-        usage: Recorded::new(scenario.step),
-        checkpoints: BTreeMap::new(),
-        observed: Vec::new(),
-        killed: Vec::new(),
-        oom_by_workload: vec![0; scenario.workloads.len()],
-        evicted_by_workload: vec![0; scenario.workloads.len()],
-        last_reasons: vec![Vec::new(); scenario.workloads.len()],
-        context,
-        now: scenario.start,
-        latencies: Vec::new(),
-        evicted: 0,
-        ooms: 0,
-        applied: 0,
-        pending_seconds: 0.0,
-        pending_by_cause: BTreeMap::new(),
-        spot_interruptions: 0,
-        launched_per_hour: 0.0,
-        metrics: metrics.cloned(),
-        reported_types: Default::default(),
-        last_recommendation: vec![None; scenario.workloads.len()],
-        used_by_namespace: BTreeMap::new(),
-        demand: disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
-        expected: BTreeMap::new(),
-        batcher: Batcher::default(),
-        batch_pods: Default::default(),
-        last_round: None,
+    let usage = Shared::new(Recorded::new(scenario.step));
+    let private = Metrics::new(&opentelemetry::global::meter("tailor-sim"));
+    let recorded = metrics.cloned().unwrap_or(private);
+    // The built-in catalog the instance types come from; it is embedded in the binary and
+    // its tests read it, so it loads.
+    let Ok(catalog) = Catalog::builtin() else {
+        return empty_run(settings);
+    };
+    let (leader_tx, leader) = tokio::sync::watch::channel(true);
+    let ctx = Arc::new(Context {
+        state: state.clone(),
+        writer: Writer::with_api(Arc::new(cluster.clone()), leader),
+        cloud: MeteredCloud::new(cloud.clone(), Some(recorded.clone())),
+        metrics: recorded.clone(),
         clock: clock.clone(),
-        launch_latency: sim_settings.launch_latency.as_secs(),
-    };
+        catalog: Arc::new(std::sync::RwLock::new(catalog)),
+        catalog_options: CatalogOptions::for_region(&scenario.region),
+        settings: settings.agent(),
+        // The run starts with its cluster, not a day of its cycle: until a day is known,
+        // the most it requested so far is kept.
+        demand: std::sync::Mutex::new(
+            disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
+        ),
+        names: Names::seeded(scenario.start as u64 ^ 0x7a11_0a),
+        rightsizing: true,
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    controllers::run_with_usage(ctx, usage.clone(), &mut tasks);
+    let sizes: BTreeMap<String, InstanceType> = instance_types
+        .iter()
+        .map(|t| (t.name.clone(), t.clone()))
+        .collect();
+    tasks.spawn(control_plane(
+        cluster.clone(),
+        cloud.clone(),
+        state.clone(),
+        sizes,
+        launch_latency,
+        clock.clone(),
+    ));
     if let Some(m) = metrics {
         // Per-namespace counters start at zero: a namespace without OOM kills shows 0.
         for w in &scenario.workloads {
@@ -1617,283 +841,426 @@ pub async fn run(
             m.recommendation_applied_by(&w.namespace, 0);
         }
     }
-    let metered: Cloud = MeteredCloud::new(cloud.clone(), metrics.cloned());
-    // Every run provisions: pods need nodes whatever the mode (recommend-only leaves
-    // right-sizing and disruption to report).
-    let mut provisioner = Provisioner::new(
-        metered.clone(),
-        Mode::Autonomous,
-        Options {
-            cost_aware: settings.cost_aware,
-            ..Options::default()
-        },
-        metrics.cloned(),
-    );
-    // Replacements count in the launch metrics like the provisioner's launches.
-    let mut disrupter = Disrupter::new(
-        metered.clone(),
-        settings.mode,
-        settings.disruption.clone(),
-        // Validated before it is submitted ([`Validation`]).
-        SignedDuration::ZERO,
-    )
-    .with_metrics(metrics.cloned());
-    // The cluster runs when the week begins, as a cluster does when Tailor is installed
-    // into it: the pods as deployed are placed and their nodes launched in the minutes
-    // before, and that bring-up counts in none of the run's figures.
-    world.now = scenario.start - WARM_UP;
-    clock.set(Timestamp::from_second(world.now).unwrap_or(start));
-    world.reconcile_workloads();
-    while world.now < scenario.start {
-        world.provision(&mut provisioner).await;
-        world.now += SUB_STEP;
-        clock.set(world.timestamp());
-        world.register(&metered).await;
-    }
-    world.latencies.clear();
-    world.pending_seconds = 0.0;
-    world.pending_by_cause.clear();
-    let launched_before = cloud.launches();
-    let end = scenario.start + i64::from(scenario.days) * 86_400;
-    let mut samples = Vec::new();
-    let mut recommended = 0usize;
-    let mut last_report = disruption::Report::default();
-    // Autonomous mode carries out one decision at a time and evaluates again when it is
-    // done, as the agent does; recommend-only mode reports every decision of a pass.
-    let evaluation = if settings.mode == Mode::Autonomous {
-        disruption::Settings {
-            all: false,
-            ..settings.disruption.clone()
-        }
-    } else {
-        settings.disruption.clone()
+    let mut figures = Figures {
+        start: scenario.start,
+        pending: BTreeMap::new(),
+        latencies: Vec::new(),
+        pending_seconds: 0.0,
+        pending_by_cause: BTreeMap::new(),
+        evictions: BTreeMap::new(),
+        evicted_by_workload: vec![0; scenario.workloads.len()],
+        oom_by_workload: vec![0; scenario.workloads.len()],
+        ooms: 0,
+        sizes: scenario
+            .workloads
+            .iter()
+            .map(|w| (w.cpu_request, w.memory_request))
+            .collect(),
+        applied: 0,
+        commands: BTreeMap::new(),
+        sizes_by_name: instance_types
+            .iter()
+            .map(|t| (t.name.clone(), t.clone()))
+            .collect(),
+        done: Vec::new(),
+        credit_per_hour: 0.0,
+        realised: 0.0,
+        instances_seen: BTreeSet::new(),
+        spot_interruptions: 0,
     };
-    let mut consolidating = false;
-    // As in the agent, a decision is carried out once deciding again after the validation
-    // delay gives the same one; the Disrupter then re-validates it and starts at once.
-    let mut validation = Validation::new(DEFAULT_VALIDATION_DELAY);
-    // The command this pass started last: once it is aborted, the pass decides no more.
-    let mut latest: Option<usize> = None;
-    // Realised consolidation savings: the $/hour of decisions done and not yet bought
-    // back by provisioning, integrated over time.
-    let mut credited = BTreeSet::new();
-    let mut credit_per_hour = 0.0;
-    let mut launched_seen = world.launched_per_hour;
-    let mut realised = 0.0;
-    let steps = (end - scenario.start) / scenario.step;
+    let prices = crate::rightsizing::Prices::from_instance_types(&instance_types);
+    let end = scenario.start + i64::from(scenario.days) * 86_400;
+    let first = scenario.start - WARM_UP;
+    let steps = (end - first) / scenario.step;
+    let mut samples = Vec::new();
+    let mut launched_before = 0;
+    let mut preempted: BTreeSet<String> = BTreeSet::new();
     for step in 0..steps {
-        world.now = scenario.start + step * scenario.step;
-        clock.set(Timestamp::from_second(world.now).unwrap_or(start));
-        // Azure runs out of the cheapest general-purpose size in one zone for half a day;
+        let now = first + step * scenario.step;
+        let at = origin
+            .checked_add(jiff::SignedDuration::from_secs(now - first))
+            .unwrap_or(origin);
+        let wait = at.duration_since(clock.now());
+        if let Ok(d) = Duration::try_from(wait) {
+            tokio::time::sleep(d).await;
+        }
+        if now == scenario.start {
+            launched_before = cloud.launches();
+        }
+        let since = now - scenario.start;
+        // Azure runs out of one general-purpose size in every zone for half a day;
         // launches fall back to the next candidates.
-        let since = world.now - scenario.start;
-        if since == scenario.capacity_outage.0 {
-            for zone in ["eastus-1", "eastus-2", "eastus-3"] {
-                cloud.inject_no_capacity(
-                    scenario.capacity_outage_type,
-                    zone,
-                    CapacityType::OnDemand,
-                );
-            }
-        } else if since == scenario.capacity_outage.1 {
-            for zone in ["eastus-1", "eastus-2", "eastus-3"] {
-                cloud.clear_no_capacity(
-                    scenario.capacity_outage_type,
-                    zone,
-                    CapacityType::OnDemand,
-                );
+        for zone in ["eastus-1", "eastus-2", "eastus-3"] {
+            if since == scenario.capacity_outage.0 {
+                cloud.inject_no_capacity(scenario.capacity_outage_type, zone, CapacityType::OnDemand);
+            } else if since == scenario.capacity_outage.1 {
+                cloud.clear_no_capacity(scenario.capacity_outage_type, zone, CapacityType::OnDemand);
             }
         }
-        world.interruptions(&metered).await;
-        world.register(&metered).await;
-        if (world.now - scenario.start) % 3600 == 0 {
-            world.reconcile_workloads();
-        }
-        let started = std::time::Instant::now();
-        world.provision(&mut provisioner).await;
-        if let Some(m) = &world.metrics {
-            m.reconcile(
-                Controller::Provisioning,
-                started.elapsed().as_secs_f64(),
-                false,
-            );
-            m.set_pods_pending(world.pods.iter().filter(|p| p.node.is_none()).count());
-        }
-        let (cpu_used, mem_used) = world.usage();
-        world.answer_ooms().await;
-        if since >= 86_400 && since % settings.rightsizing_every == 0 {
-            recommended = world.rightsize().await;
-        }
-        if since % settings.disruption_every == 0
-            && !disrupter.busy()
-            && (settings.mode != Mode::Autonomous || world.launching.is_empty())
-        {
-            let report = world.evaluate_disruption(&evaluation);
-            consolidating = !report.decisions.is_empty();
-            latest = None;
-            if settings.mode == Mode::Autonomous {
-                let now = Clock::now(&clock);
-                if let Some(d) = validation.offer(now, report.decisions.first().cloned()) {
-                    latest = Some(disrupter.commands().len());
-                    disrupter.submit(now, vec![d]);
+        let instances: Vec<Instance> = cloud.list().await.unwrap_or_default();
+        let mut o = cluster.lock();
+        // Replica changes on the hour (the first step sets the cluster up).
+        if step == 0 || since.rem_euclid(3600) == 0 {
+            for (i, w) in scenario.workloads.iter().enumerate() {
+                if w.kind != Kind::DaemonSet {
+                    o.scale(workloads[i], scenario.desired(w, now));
                 }
             }
-            last_report = report;
         }
-        world.headroom(&mut provisioner).await;
-        // Launches and disruption move in finer steps than usage: nodes register as they
-        // come up; decisions validate, launch and drain; pods a drain evicted or a node
-        // left behind are placed within seconds, as kube-scheduler and the provisioner
-        // place them, not at the next usage step. Pending time is counted at the same
-        // grain.
-        let mut stepped = 0;
-        for _ in 0..(scenario.step / SUB_STEP).max(1) {
-            let waiting = world.pods.iter().any(|p| p.node.is_none());
-            // As the agent's disruption controller: one decision at a time, the next taken
-            // on the cluster the last one left, once nothing is launching.
-            if consolidating
-                && settings.mode == Mode::Autonomous
-                && !disrupter.busy()
-                && world.launching.is_empty()
+        let (cpu_used, mem_used, used_by_namespace) =
+            use_step(&mut o, scenario, &usage, now, &mut figures, metrics);
+        // Spot notices the nodes show.
+        for n in o.nodes.values() {
+            if crate::controllers::interruption::notice(n).is_some()
+                && preempted.insert(n.name_any())
+                && now >= scenario.start
             {
-                // A decision the cluster no longer bore out waits for the next pass: the
-                // cluster has moved, and deciding again at once would find the same.
-                if latest.is_some_and(|i| {
-                    matches!(
-                        disrupter.commands().get(i).map(|c| &c.phase),
-                        Some(Phase::Aborted(_))
-                    )
-                }) {
-                    consolidating = false;
-                    validation.clear();
-                } else {
-                    let report = world.evaluate_disruption(&evaluation);
-                    consolidating = !report.decisions.is_empty();
-                    let now = Clock::now(&clock);
-                    if let Some(d) = validation.offer(now, report.decisions.first().cloned()) {
-                        latest = Some(disrupter.commands().len());
-                        disrupter.submit(now, vec![d]);
-                    }
-                    last_report = report;
+                figures.spot_interruptions += 1;
+            }
+        }
+        let happenings = o.take_happenings();
+        figures.observe(happenings, &o, scenario, metrics, settings.applies_rightsizing());
+        // Consolidation's realised saving: the decisions done, until provisioning buys
+        // that much capacity again.
+        let replaces_key = crate::controllers::disruption::REPLACES_ANNOTATION;
+        let mut bought = 0.0;
+        for i in &instances {
+            if figures.instances_seen.insert(i.claim.clone()) {
+                let replacement = o
+                    .node_claims
+                    .get(&i.claim)
+                    .is_some_and(|c| c.annotations().contains_key(replaces_key));
+                if !replacement && now >= scenario.start {
+                    bought += i.price_per_hour;
                 }
             }
-            if !disrupter.busy() && world.launching.is_empty() && !waiting && !validation.pending()
-            {
-                break;
-            }
-            let view = world.view();
-            disrupter.tick(Clock::now(&clock), &view, &mut world).await;
-            world.register(&metered).await;
-            world.provision(&mut provisioner).await;
-            world.count_pending(SUB_STEP as f64);
-            stepped += SUB_STEP;
-            world.now += SUB_STEP;
-            clock.set(world.timestamp());
         }
-        world.now = scenario.start + step * scenario.step;
-        for (i, c) in disrupter.commands().iter().enumerate() {
-            if c.phase == Phase::Done && credited.insert(i) {
-                credit_per_hour += c.decision.savings_per_hour.max(0.0);
+        figures.credit_per_hour = (figures.credit_per_hour - bought).max(0.0);
+        if now >= scenario.start {
+            let saved = figures.credit_per_hour * scenario.step as f64 / 3600.0;
+            figures.realised += saved;
+            if let Some(m) = metrics {
+                m.savings_realised(SavingsSource::Consolidation, saved);
             }
         }
-        let bought = world.launched_per_hour - launched_seen;
-        launched_seen = world.launched_per_hour;
-        credit_per_hour = (credit_per_hour - bought).max(0.0);
-        realised += credit_per_hour * scenario.step as f64 / 3600.0;
-        if let Some(m) = &world.metrics {
-            let saved = credit_per_hour * scenario.step as f64 / 3600.0;
-            m.savings_realised(SavingsSource::Consolidation, saved);
-        }
-        world.count_pending((scenario.step - stepped).max(0) as f64);
-        if since % 3600 == 0 {
-            if let Some(m) = &world.metrics
-                && let Ok(types) = metered.instance_types().await
-            {
-                let unavailable = types
-                    .iter()
-                    .flat_map(|t| &t.offerings)
-                    .filter(|o| !o.available)
-                    .count();
-                m.set_unavailable_offerings(unavailable);
+        if now >= scenario.start && since % 3600 == 0 {
+            if let Some(m) = metrics {
+                record_namespaces(m, &o, scenario, &used_by_namespace, &prices);
             }
-            samples.push(world.sample(cpu_used, mem_used, &cloud));
+            // Usage every workload has taken in is forgotten.
+            if let Some(until) = checkpoints_until(&o) {
+                usage.lock().forget_before(until);
+            }
+            samples.push(sample(&o, &cloud, now, cpu_used, mem_used, &figures));
             progress((step + 1) as f64 / steps as f64);
         }
     }
-    let done: Vec<_> = disrupter
-        .commands()
-        .iter()
-        .filter(|c| c.phase == Phase::Done)
-        .collect();
-    let first = samples
-        .get(1)
-        .or(samples.first())
-        .cloned()
-        .unwrap_or_default();
+    let now = end;
+    let mut o = cluster.lock();
+    let happenings = o.take_happenings();
+    figures.observe(happenings, &o, scenario, metrics, settings.applies_rightsizing());
+    for (_, (since, cause)) in std::mem::take(&mut figures.pending) {
+        figures.count_pending(since, now, cause);
+    }
+    let first_sample = samples.get(1).or(samples.first()).cloned().unwrap_or_default();
     let last = samples.last().cloned().unwrap_or_default();
-    let mut latencies = world.latencies.clone();
+    let (decisions, savings) = if settings.mode == Mode::Autonomous {
+        (figures.done.len(), figures.done.iter().sum())
+    } else {
+        reported_decisions(&o, now)
+    };
+    let recommendations = if settings.applies_rightsizing() {
+        figures.applied
+    } else {
+        o.recommendations
+            .values()
+            .filter(|r| {
+                r.status.as_ref().is_some_and(|s| {
+                    crate::apis::is_condition_true(&s.conditions, recommendation_condition::ACTIONABLE)
+                })
+            })
+            .count()
+    };
+    let mut latencies = figures.latencies.clone();
+    let pods_evicted = figures
+        .evictions
+        .iter()
+        .filter(|(cause, _)| **cause != "spot-reclaim")
+        .map(|(_, n)| n)
+        .sum();
     let summary = RunSummary {
-        nodes_start: first.nodes_by_type.values().sum(),
+        nodes_start: first_sample.nodes_by_type.values().sum(),
         nodes_end: last.nodes_by_type.values().sum(),
-        hourly_cost_start: first.hourly_cost,
+        hourly_cost_start: first_sample.hourly_cost,
         hourly_cost_end: last.hourly_cost,
         total_cost: samples.iter().map(|s| s.hourly_cost).sum(),
         cpu_requested_end: last.cpu_requested,
         memory_requested_end: last.memory_requested,
-        requests_value_per_hour: last.cpu_requested * world.context.prices.per_core_hour
-            + last.memory_requested * world.context.prices.per_gib_hour,
-        recommendations: if settings.applies_rightsizing() {
-            world.applied
-        } else {
-            recommended
-        },
-        decisions: if settings.mode == Mode::Autonomous {
-            done.len()
-        } else {
-            last_report.decisions.len()
-        },
-        consolidation_savings_per_hour: if settings.mode == Mode::Autonomous {
-            done.iter().map(|c| c.decision.savings_per_hour).sum()
-        } else {
-            last_report
-                .decisions
-                .iter()
-                .map(|d| d.savings_per_hour)
-                .sum()
-        },
-        consolidation_realised_savings: realised,
-        pods_evicted: world.evicted,
-        oom_kills: world.ooms,
+        requests_value_per_hour: last.cpu_requested * prices.per_core_hour
+            + last.memory_requested * prices.per_gib_hour,
+        recommendations,
+        decisions,
+        consolidation_savings_per_hour: savings,
+        consolidation_realised_savings: figures.realised,
+        pods_evicted,
+        evictions_by_cause: figures
+            .evictions
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+        oom_kills: figures.ooms,
         provisioning_p50_seconds: percentile(&mut latencies, 0.5),
         provisioning_p99_seconds: percentile(&mut latencies, 0.99),
-        pending_pod_hours: world.pending_seconds / 3600.0,
-        pending_pod_hours_by_cause: world
+        pending_pod_hours: figures.pending_seconds / 3600.0,
+        pending_pod_hours_by_cause: figures
             .pending_by_cause
             .iter()
             .map(|(cause, seconds)| (cause.to_string(), seconds / 3600.0))
             .collect(),
-        launches: cloud.launches() - launched_before,
+        launches: cloud.launches().saturating_sub(launched_before),
         launches_before_start: launched_before,
-        spot_interruptions: world.spot_interruptions,
+        spot_interruptions: figures.spot_interruptions,
     };
-    let workloads = scenario
+    let workloads_out = scenario
         .workloads
         .iter()
         .enumerate()
         .map(|(i, w)| WorkloadOutcome {
             workload: format!("{}/{}", w.namespace, w.name),
             kind: w.kind.as_str().to_string(),
-            cpu: (w.cpu_request, world.sizes[i].cpu),
-            memory: (w.memory_request, world.sizes[i].memory),
-            reasons: world.last_reasons[i].clone(),
-            oom_kills: world.oom_by_workload[i],
-            evictions: world.evicted_by_workload[i],
+            cpu: (w.cpu_request, figures.sizes[i].0),
+            memory: (w.memory_request, figures.sizes[i].1),
+            reasons: reasons_of(&o, w),
+            oom_kills: figures.oom_by_workload[i],
+            evictions: figures.evicted_by_workload[i],
         })
         .collect();
+    drop(o);
+    tasks.abort_all();
+    drop(leader_tx);
     RunResult {
         mode: settings.name().to_string(),
         samples,
-        workloads,
+        workloads: workloads_out,
         summary,
+    }
+}
+
+/// One step of usage: every running pod uses what its trace says (recorded for
+/// right-sizing); a container past its memory limit is OOM-killed, and when a node's pods
+/// use more than its memory, the kernel kills the pod furthest above its request (the
+/// kubelet's `oom_score_adj` for Burstable pods orders them so), as many as it takes.
+/// Returns the cores and bytes used, and per namespace.
+fn use_step(
+    o: &mut Objects,
+    scenario: &Scenario,
+    usage: &Shared,
+    now: i64,
+    figures: &mut Figures,
+    metrics: Option<&Metrics>,
+) -> (f64, f64, BTreeMap<String, (f64, f64)>) {
+    let i = ((now - scenario.start) / scenario.step).max(0) as usize;
+    let (mut cpu_used, mut mem_used) = (0.0, 0.0);
+    let mut by_namespace: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut killed: Vec<(String, usize)> = Vec::new();
+    // Per node: memory used, and per pod on it (key, bytes used above its request).
+    let mut on_node: BTreeMap<String, (f64, Vec<(String, f64)>)> = BTreeMap::new();
+    let mut recorded = usage.lock();
+    for (key, pod) in &o.pods {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let Some(w) = o.workload_of(key).filter(|_| running) else {
+            continue;
+        };
+        let trace = &scenario.workloads[w].trace;
+        let (Some(cpu), Some(mem)) = (trace.cpu.get(i), trace.memory.get(i)) else {
+            continue;
+        };
+        let j = jitter(key);
+        let (cpu, mem) = (cpu * j, mem * j);
+        cpu_used += cpu;
+        mem_used += mem;
+        let namespace = scenario.workloads[w].namespace.clone();
+        let used = by_namespace.entry(namespace.clone()).or_default();
+        used.0 += cpu;
+        used.1 += mem;
+        let container = ContainerKey {
+            namespace,
+            pod: pod.name_any(),
+            container: CONTAINER.to_string(),
+        };
+        recorded.record(&container, now, cpu, mem);
+        let (_, request) = pod_requests(pod);
+        let limit = memory_limit(pod).unwrap_or(i64::MAX);
+        if mem > limit as f64 {
+            recorded.oom_kill(container, now, mem, request as f64);
+            killed.push((key.clone(), w));
+        } else if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            let n = on_node.entry(node).or_default();
+            n.0 += mem;
+            n.1.push((key.clone(), mem - request as f64));
+        }
+    }
+    for (node, (mut used, mut pods)) in on_node {
+        let Some(allocatable) = o
+            .nodes
+            .get(&node)
+            .and_then(|n| n.status.as_ref()?.allocatable.as_ref()?.get("memory").cloned())
+            .and_then(|q| crate::model::quantity::parse_value(&q.0).ok())
+        else {
+            continue;
+        };
+        pods.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (key, above) in pods {
+            if used <= allocatable as f64 || above <= 0.0 {
+                break;
+            }
+            let Some((w, pod)) = o.workload_of(&key).zip(o.pods.get(&key)) else {
+                continue;
+            };
+            let (_, request) = pod_requests(pod);
+            let mem = request as f64 + above;
+            used -= mem;
+            let container = ContainerKey {
+                namespace: scenario.workloads[w].namespace.clone(),
+                pod: pod.name_any(),
+                container: CONTAINER.to_string(),
+            };
+            recorded.oom_kill(container, now, mem, request as f64);
+            killed.push((key, w));
+        }
+    }
+    drop(recorded);
+    for (key, w) in killed {
+        o.oom_kill(&key);
+        if now >= scenario.start {
+            figures.ooms += 1;
+            figures.oom_by_workload[w] += 1;
+            if let Some(m) = metrics {
+                m.oom_kills(&scenario.workloads[w].namespace, 1);
+            }
+        }
+    }
+    (cpu_used, mem_used, by_namespace)
+}
+
+/// The oldest point every workload's right-sizing has read up to (from the checkpoints
+/// in the Recommendations): usage before it is never read again.
+fn checkpoints_until(o: &Objects) -> Option<i64> {
+    o.recommendations
+        .values()
+        .filter_map(|r| r.status.as_ref()?.checkpoint.as_deref())
+        .filter_map(|text| serde_json::from_str::<Checkpoint>(text).ok())
+        .map(|c| c.until)
+        .min()
+}
+
+/// The decisions a recommend-only run's agent reported in its last ten minutes
+/// (`WouldDisrupt` Events on the NodePools), and their $/hour.
+fn reported_decisions(o: &Objects, now: i64) -> (usize, f64) {
+    let recent: Vec<&super::cluster::RecordedEvent> = o
+        .events
+        .iter()
+        .filter(|e| e.reason == "WouldDisrupt" && now - e.at.as_second() <= 600)
+        .collect();
+    let savings = recent
+        .iter()
+        .filter_map(|e| {
+            let (_, rest) = e.note.split_once("saving $")?;
+            rest.split_once("/hour")?.0.parse::<f64>().ok()
+        })
+        .sum();
+    (recent.len(), savings)
+}
+
+/// The reasons of a workload's Recommendation's container.
+fn reasons_of(o: &Objects, w: &super::scenario::Workload) -> Vec<String> {
+    let name = format!("{}-{}", w.kind.as_str().to_ascii_lowercase(), w.name);
+    o.recommendations
+        .get(&format!("{}/{name}", w.namespace))
+        .and_then(|r| r.status.as_ref())
+        .and_then(|s| s.containers.first())
+        .map(|c| c.reasons.clone())
+        .unwrap_or_default()
+}
+
+/// Per namespace: requests before right-sizing and now, their hourly cost against the
+/// cost of what is used, and the hour's realised right-sizing saving.
+fn record_namespaces(
+    m: &Metrics,
+    o: &Objects,
+    scenario: &Scenario,
+    used: &BTreeMap<String, (f64, f64)>,
+    prices: &crate::rightsizing::Prices,
+) {
+    let value = |cores: f64, bytes: f64| cores * prices.per_core_hour + bytes / GIB * prices.per_gib_hour;
+    // (as deployed cores, bytes; now cores, bytes)
+    let mut requests: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
+    for (key, pod) in &o.pods {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let Some(w) = o.workload_of(key).filter(|_| running) else {
+            continue;
+        };
+        let workload = &scenario.workloads[w];
+        let (cpu, memory) = pod_requests(pod);
+        let r = requests.entry(workload.namespace.as_str()).or_default();
+        r.0 += workload.cpu_request as f64 / 1000.0;
+        r.1 += workload.memory_request as f64;
+        r.2 += cpu as f64 / 1000.0;
+        r.3 += memory as f64;
+    }
+    let mut realised = 0.0;
+    for (namespace, (cpu0, mem0, cpu, mem)) in &requests {
+        m.set_namespace_requests(namespace, When::Before, *cpu0, *mem0);
+        m.set_namespace_requests(namespace, When::After, *cpu, *mem);
+        m.set_namespace_cost(namespace, Usage::Requested, value(*cpu, *mem));
+        let (cpu_used, mem_used) = used.get(*namespace).copied().unwrap_or_default();
+        m.set_namespace_cost(namespace, Usage::Used, value(cpu_used, mem_used));
+        realised += (value(*cpu0, *mem0) - value(*cpu, *mem)).max(0.0);
+    }
+    // Sampled hourly: the hour's saving is the rate times one hour.
+    m.savings_realised(SavingsSource::Rightsizing, realised);
+}
+
+fn sample(
+    o: &Objects,
+    cloud: &SimulatedAzure,
+    now: i64,
+    cpu_used: f64,
+    mem_used: f64,
+    figures: &Figures,
+) -> Sample {
+    let mut nodes_by_type = BTreeMap::new();
+    for n in o.nodes.values() {
+        if let Some(t) = n.labels().get(labels::INSTANCE_TYPE) {
+            *nodes_by_type.entry(t.clone()).or_default() += 1;
+        }
+    }
+    let (mut cpu, mut memory, mut pending) = (0i64, 0i64, 0usize);
+    for pod in o.pods.values() {
+        if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+            let (c, m) = pod_requests(pod);
+            cpu += c;
+            memory += m;
+        } else {
+            pending += 1;
+        }
+    }
+    Sample {
+        t: now,
+        hourly_cost: cloud.hourly_cost(),
+        nodes_by_type,
+        cpu_requested: cpu as f64 / 1000.0,
+        cpu_used,
+        memory_requested: memory as f64 / GIB,
+        memory_used: mem_used / GIB,
+        recommendations_applied: figures.applied,
+        pending,
+        evicted: figures
+            .evictions
+            .iter()
+            .filter(|(cause, _)| **cause != "spot-reclaim")
+            .map(|(_, n)| n)
+            .sum(),
+        oom_kills: figures.ooms,
     }
 }
