@@ -9,8 +9,8 @@
 //! Flags: `--seeds 1-20,101-110` (ranges and single seeds; each comma-separated group is a
 //! set), `--days 7`, `--threads 2`, and `--set key=value` (repeated) to try other
 //! autonomous settings: horizon, headroom, lead, per-eviction, fraction, budget,
-//! consolidate-after, disruption-every, rightsizing-every, memory-margin, cpu-margin,
-//! max-step, min-change, limits (keep or ratio); `--autonomous-only` skips the other two
+//! consolidate-after, rightsizing-every, memory-margin, cpu-margin, max-step, min-change,
+//! limits (keep or ratio); `--autonomous-only` skips the other two
 //! runs while tuning. Without `--bench` (as `cargo test --all-targets` runs
 //! it) a smoke run: one seed, one day.
 
@@ -135,18 +135,15 @@ fn autonomous(overrides: &[(String, String)]) -> RunSettings {
             "horizon" => s.forecast_horizon = number() as i64,
             "headroom" => s.disruption.headroom = number(),
             "lead" => s.headroom_lead = number() as i64,
-            "margin" => s.headroom_margin = number(),
             "per-eviction" => s.disruption.min_savings_per_eviction = number(),
             "fraction" => s.disruption.min_savings_fraction = number(),
             "budget" => s.budget_percent = number() as u32,
             "consolidate-after" => s.consolidate_after = number() as i64,
-            "disruption-every" => s.disruption_every = number() as i64,
             "rightsizing-every" => s.rightsizing_every = number() as i64,
-            "memory-margin" => s.policy.memory_margin = number(),
-            "cpu-margin" => s.policy.cpu_margin = number(),
-            "starvation-budget" => s.policy.cpu_starvation_budget = number(),
-            "max-step" => s.policy.max_step = number(),
-            "min-change" => s.policy.min_change = number(),
+            "memory-margin" => s.policy.memory.safety_margin_fraction = number(),
+            "cpu-margin" => s.policy.cpu.safety_margin_fraction = number(),
+            "max-step" => s.policy.update.max_step_fraction = number(),
+            "min-change" => s.policy.update.min_change_fraction = number(),
             "limits" => {
                 s.policy.limits = match value.as_str() {
                     "keep" => tailor::apis::LimitsPolicy::Keep,
@@ -167,10 +164,6 @@ fn run_seed(
     overrides: &[(String, String)],
     autonomous_only: bool,
 ) -> Outcome {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let scenario = Scenario::mid_size(seed, days);
     let mut summaries = Vec::new();
     let runs = if autonomous_only {
@@ -187,13 +180,7 @@ fn run_seed(
         ]
     };
     for settings in runs {
-        let run = runtime.block_on(world::run(
-            &scenario,
-            &settings,
-            types.to_vec(),
-            None,
-            &mut |_| {},
-        ));
+        let run = world::run(&scenario, &settings, types.to_vec(), None, &mut |_| {});
         summaries.push(run.summary);
     }
     let autonomous = summaries.pop().expect("three runs");

@@ -328,15 +328,5 @@ fn simulate(
     let types = Catalog::builtin()
         .and_then(|c| c.instance_types(&CatalogOptions::for_region(&scenario.region)))
         .expect("the built-in catalog");
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(tailor::sim::world::run(
-            scenario,
-            settings,
-            types,
-            None,
-            &mut |_| {},
-        ))
+    tailor::sim::world::run(scenario, settings, types, None, &mut |_| {})
 }

@@ -20,8 +20,8 @@ fn total(text: &str, prefix: &str) -> f64 {
         .sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_launch_the_cloud_saw_is_counted_replacements_included() {
+#[test]
+fn every_launch_the_cloud_saw_is_counted_replacements_included() {
     let scenario = Scenario::mid_size(7, 2);
     let types = Catalog::builtin()
         .expect("catalog")
@@ -34,8 +34,7 @@ async fn every_launch_the_cloud_saw_is_counted_replacements_included() {
         types,
         Some(&metrics),
         &mut |_| {},
-    )
-    .await;
+    );
     let text = metrics.render();
     let launched = total(&text, "tailor_nodeclaims_launched_total");
     let creates = total(&text, "tailor_cloud_requests_total{operation=\"create\"}");

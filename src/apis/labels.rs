@@ -69,6 +69,10 @@ pub const LAUNCH_BATCH_ANNOTATION: &str = "tailor.sh/launch-batch";
 /// Annotation on a NodeClaim bought ahead of the growth the requests' cycle expects rather
 /// than for pending pods (`provisioning::headroom`): what it was bought for.
 pub const HEADROOM_ANNOTATION: &str = "tailor.sh/headroom";
+/// Annotation on a NodeClaim bought ahead (RFC 3339): the end of the lead it was bought
+/// for. Until then consolidation leaves it, however empty: the growth it waits for has not
+/// come yet, and removing it would have it bought again.
+pub const HEADROOM_UNTIL_ANNOTATION: &str = "tailor.sh/headroom-until";
 /// Finalizer that holds a NodeClaim or node until its VM has been deleted.
 pub const TERMINATION_FINALIZER: &str = "tailor.sh/termination";
 

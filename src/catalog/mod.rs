@@ -8,6 +8,7 @@
 //! flagged as estimates wherever they show.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::path::{Path, PathBuf};
 
 use crate::model::{CapacityType, InstanceType, NodeSettings, Offering, Sku, SkuName};
@@ -117,7 +118,7 @@ pub struct CatalogSku {
 }
 
 /// Options for turning the catalog into instance types for one region.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CatalogOptions {
     /// Azure region, e.g. `eastus`.
     pub region: String,
@@ -158,6 +159,10 @@ pub struct Catalog {
     prices: BTreeMap<String, BTreeMap<String, f64>>,
     /// region → size name → published spot USD/hour (live catalogs only).
     spot_prices: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The instance types already built, per options: a catalog never changes once made
+    /// (a refresh makes a new one), and the agent's controllers ask for the same sizes on
+    /// every pass.
+    built: Arc<Mutex<Vec<(CatalogOptions, Arc<Vec<InstanceType>>)>>>,
 }
 
 impl Catalog {
@@ -189,6 +194,7 @@ impl Catalog {
             skus,
             prices,
             spot_prices: BTreeMap::new(),
+            built: Arc::default(),
         })
     }
 
@@ -208,6 +214,7 @@ impl Catalog {
             skus,
             prices: BTreeMap::from([(region.clone(), on_demand)]),
             spot_prices: BTreeMap::from([(region, spot)]),
+            built: Arc::default(),
         }
     }
 
@@ -243,6 +250,25 @@ impl Catalog {
     /// restricted, known to AKS, no confidential (DC/EC) or constrained-vCPU sizes, and a
     /// non-zero list price in the region.
     pub fn instance_types(&self, options: &CatalogOptions) -> Result<Vec<InstanceType>> {
+        self.shared_instance_types(options).map(|t| (*t).clone())
+    }
+
+    /// [`Catalog::instance_types`], built once per options and shared.
+    pub fn shared_instance_types(&self, options: &CatalogOptions) -> Result<Arc<Vec<InstanceType>>> {
+        let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, types)) = built.iter().find(|(o, _)| o == options) {
+            return Ok(types.clone());
+        }
+        let types = Arc::new(self.build_instance_types(options)?);
+        // One entry per node class's settings; a bound all the same.
+        if built.len() >= 64 {
+            built.clear();
+        }
+        built.push((options.clone(), types.clone()));
+        Ok(types)
+    }
+
+    fn build_instance_types(&self, options: &CatalogOptions) -> Result<Vec<InstanceType>> {
         if !(0.0..1.0).contains(&options.spot_discount) {
             return Err(CatalogError::BadSpotDiscount(options.spot_discount));
         }

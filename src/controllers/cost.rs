@@ -67,7 +67,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             .catalog
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .instance_types(&ctx.catalog_options);
+            .shared_instance_types(&ctx.catalog_options);
         let types = match types {
             Ok(t) => t,
             Err(e) => {

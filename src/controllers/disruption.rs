@@ -22,6 +22,7 @@
 //! decision that started in an autonomous one, nor does it hide the autonomous pools'
 //! decisions behind its own.
 
+use super::state::InOrder;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,7 +137,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             super::demand::load(&ctx).await;
         }
         let now = ctx.clock.now();
-        let claims = ctx.state.node_claims.state();
+        let claims = ctx.state.node_claims.in_order();
         let commands = in_flight(&claims);
         if !commands.is_empty() {
             validation.clear();
@@ -589,7 +590,7 @@ async fn start<C: CloudProvider>(
     }
     ctx.metrics
         .disruption_decision(method_name(decision), "autonomous");
-    tracing::info!(command = %id, method = method_name(decision), nodes = ?decision.nodes, replacements = plan.node_claims.len(), savings = decision.savings_per_hour, "disrupting");
+    tracing::info!(command = %id, method = method_name(decision), nodes = ?decision.nodes, replacements = plan.node_claims.len(), pods = decision.pods_moved.len(), savings = decision.savings_per_hour, "disrupting");
     // 1. Mark and taint the old nodes: nothing new lands there from now on.
     for claim in &claims {
         let marks = BTreeMap::from([
@@ -702,8 +703,8 @@ async fn advance<C: CloudProvider>(
                         .map_err(|e| e.to_string())?;
                 }
             }
-            let claims = ctx.state.node_claims.state();
-            let nodes = ctx.state.nodes.state();
+            let claims = ctx.state.node_claims.in_order();
+            let nodes = ctx.state.nodes.in_order();
             for old in &cmd.old {
                 let Some(claim) = claims.iter().find(|c| &c.name_any() == old) else {
                     continue;

@@ -16,6 +16,7 @@
 //! notices likewise (cordon, pods moved at once); it reads them from its cloud, not from
 //! Node conditions, so it does not share this code.
 
+use super::state::InOrder;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,7 +108,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             reported.clear();
             continue;
         }
-        let nodes = ctx.state.nodes.state();
+        let nodes = ctx.state.nodes.in_order();
         let live: BTreeSet<String> = nodes.iter().filter_map(|n| n.uid()).collect();
         drained.retain(|uid| live.contains(uid));
         reported.retain(|uid| live.contains(uid));
@@ -156,7 +157,7 @@ async fn respond<C: CloudProvider>(
     report: bool,
 ) -> Result<Outcome, String> {
     let name = node.name_any();
-    let claims = ctx.state.node_claims.state();
+    let claims = ctx.state.node_claims.in_order();
     let Some(claim) = claims
         .iter()
         .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
@@ -170,7 +171,7 @@ async fn respond<C: CloudProvider>(
     let pool = pool_name.as_deref().and_then(|p| {
         ctx.state
             .node_pools
-            .state()
+            .in_order()
             .into_iter()
             .find(|n| n.name_any() == p)
     });

@@ -315,6 +315,8 @@ fn start<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet<(
 /// Sleeps until the stores change or `max` passes, whichever is first.
 pub async fn wait_for_change(state: &State, max: Duration) {
     tokio::select! {
+        // In this order, so the same run wakes the same way every time.
+        biased;
         () = state.changed() => {}
         () = tokio::time::sleep(max) => {}
     }
@@ -325,6 +327,7 @@ pub async fn wait_for_change(state: &State, max: Duration) {
 /// instead of waiting for the next.
 pub async fn wait_for_change_since(state: &State, seen: u64, max: Duration) {
     tokio::select! {
+        biased;
         () = state.changed_since(seen) => {}
         () = tokio::time::sleep(max) => {}
     }

@@ -248,6 +248,10 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
         .map(|p| (p.name_any(), p))
         .collect();
     let lead = format_hours(ctx.settings.headroom_lead);
+    // What is bought is kept from consolidation until the growth it is bought for comes.
+    let until = now
+        .checked_add(SignedDuration::from_secs(ctx.settings.headroom_lead))
+        .unwrap_or(now);
     let mut by_pool: BTreeMap<&str, Vec<&PlannedNodeClaim>> = BTreeMap::new();
     for claim in &claims {
         by_pool
@@ -293,6 +297,10 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
             let annotations = claim.annotations_mut();
             annotations.insert(labels::LAUNCH_BATCH_ANNOTATION.to_string(), batch.clone());
             annotations.insert(labels::HEADROOM_ANNOTATION.to_string(), why.clone());
+            annotations.insert(
+                labels::HEADROOM_UNTIL_ANNOTATION.to_string(),
+                until.to_string(),
+            );
             match ctx.writer.apply_node_claim(&claim).await {
                 Ok(_) => tracing::info!(
                     nodeclaim = %claim.name_any(),

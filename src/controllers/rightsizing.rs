@@ -11,6 +11,7 @@
 //! reported on its status and holds the workloads it would govern: no Recommendation is
 //! written for them.
 
+use super::state::InOrder;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -483,7 +484,7 @@ async fn reconcile<C: CloudProvider, U: UsageSource>(
         Some(&ctx.settings.namespace),
         global,
     );
-    let stored: Vec<Arc<Recommendation>> = ctx.state.recommendations.state();
+    let stored: Vec<Arc<Recommendation>> = ctx.state.recommendations.in_order();
     let stored_by_name: BTreeMap<(String, String), &Recommendation> = stored
         .iter()
         .map(|r| ((r.namespace().unwrap_or_default(), r.name_any()), &**r))

@@ -441,6 +441,24 @@ impl State {
     }
 }
 
+/// A store's objects in name order (namespace, then name): a store iterates in an order of
+/// its own, which changes from process to process, so a controller that acts on objects
+/// in turn (evicts pods, launches claims) reads them this way and does the same every time.
+pub trait InOrder<K> {
+    /// The objects, in name order.
+    fn in_order(&self) -> Vec<Arc<K>>;
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> InOrder<K> for Store<K> {
+    fn in_order(&self) -> Vec<Arc<K>> {
+        let mut objects = self.state();
+        objects.sort_by(|a, b| {
+            (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
+        });
+        objects
+    }
+}
+
 /// Fills the stores of a [`State::in_memory`]: every object shown, changed or removed
 /// wakes the controllers waiting for a change, as a watch event does.
 pub struct StateFeed {

@@ -56,6 +56,9 @@ pub struct NodeMeta {
     pub drifted: Option<String>,
     /// The VM behind it (`spec.providerID`), for deleting it.
     pub provider_id: Option<String>,
+    /// Bought ahead of expected growth: kept from consolidation until then (unix
+    /// seconds), when the growth it was bought for has come.
+    pub kept_until: Option<i64>,
 }
 
 /// A PodDisruptionBudget as disruption uses it.
@@ -423,6 +426,10 @@ impl Cluster {
                 .or(created);
             let do_not_disrupt = annotated(object.and_then(|o| o.metadata.annotations.as_ref()))
                 || annotated(claim.and_then(|c| c.metadata.annotations.as_ref()));
+            let kept_until = claim
+                .and_then(|c| c.metadata.annotations.as_ref()?.get(labels::HEADROOM_UNTIL_ANNOTATION))
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map(|t| t.as_second());
             let drifted = claim.and_then(|c| {
                 let status = c.status.as_ref();
                 if status.is_some_and(|s| {
@@ -494,6 +501,7 @@ impl Cluster {
                 last_pod_event,
                 do_not_disrupt,
                 drifted,
+                kept_until,
             });
         }
         let do_not_disrupt = snapshot

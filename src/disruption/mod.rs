@@ -525,6 +525,12 @@ impl Work<'_> {
             }
         }
         if matches!(method, Method::Empty | Method::Multi | Method::Single) {
+            if let Some(until) = m.kept_until.filter(|t| *t > self.cluster.now) {
+                return Some(format!(
+                    "bought ahead of the growth expected within the next {}s; kept until it comes",
+                    until - self.cluster.now
+                ));
+            }
             let rules = self.cluster.rules.get(pool);
             match rules.map(|r| r.consolidate_after) {
                 Some(None) => return Some("consolidateAfter is Never".to_string()),
@@ -849,6 +855,7 @@ impl Work<'_> {
                 do_not_disrupt: false,
                 drifted: None,
                 provider_id: None,
+                kept_until: None,
             });
             self.fresh.insert(name);
             replacements.push(Replacement {

@@ -96,6 +96,16 @@ pub enum Happening {
         /// `namespace/name`.
         pod: String,
     },
+    /// node-problem-detector marked a Node: Azure will reclaim its spot VM.
+    Preempted {
+        /// The Node.
+        node: String,
+    },
+    /// The agent created a NodeClaim.
+    ClaimCreated {
+        /// The claim as it was created.
+        claim: Box<NodeClaim>,
+    },
     /// A NodeClaim went (its finalizer lifted after termination).
     ClaimGone {
         /// The claim as it was last.
@@ -406,9 +416,21 @@ impl Objects {
     }
 
     /// Stores a new or changed object and shows it to the agent.
+    /// A write that changes nothing is no change, as on an API server: no new version and
+    /// no watch event (a controller that writes the same status again does not wake
+    /// everyone, itself included).
     pub fn put<K: Fed + Stored>(&mut self, mut object: K) -> K {
-        self.stamp(object.meta_mut());
         let key = key_of(object.meta().namespace.as_deref(), &object.name_any());
+        if let Some(existing) = K::table(self).get(&key) {
+            let meta = object.meta_mut();
+            meta.resource_version = existing.meta().resource_version.clone();
+            meta.uid = existing.meta().uid.clone();
+            meta.creation_timestamp = existing.meta().creation_timestamp.clone();
+            if &object == existing {
+                return object;
+            }
+        }
+        self.stamp(object.meta_mut());
         self.feed.apply(&object);
         K::table(self).insert(key, object.clone());
         object
@@ -1061,7 +1083,9 @@ impl Objects {
             last_transition_time: Some(now.clone()),
             last_heartbeat_time: Some(now),
         });
+        let name = node.name_any();
         self.put(node);
+        self.happened(Happening::Preempted { node: name });
     }
 
     /// The kernel kills a container past its memory: its pod shows the kill (last state
@@ -1178,6 +1202,10 @@ impl Objects {
             });
         }
         let made = verdict.is_none();
+        // Unchanged (a resize still deferred, or asked again as it is): nothing to show.
+        if self.pods.get(&key) == Some(&pod) {
+            return made;
+        }
         self.put(pod);
         if made && node.is_some() {
             self.happened(Happening::Resized { pod: key });
@@ -1275,7 +1303,7 @@ impl Objects {
 }
 
 /// The object maps [`Objects::put`] stores into, per kind.
-pub trait Stored: Resource<DynamicType = ()> + Clone + Sized {
+pub trait Stored: Resource<DynamicType = ()> + Clone + PartialEq + Sized {
     /// This kind's map.
     fn table(objects: &mut Objects) -> &mut BTreeMap<String, Self>;
 }
@@ -1388,6 +1416,9 @@ impl ClusterApi for SimCluster {
                 c.metadata.resource_version = None;
                 c.metadata.uid = None;
                 c.metadata.creation_timestamp = None;
+                o.happened(Happening::ClaimCreated {
+                    claim: Box::new(c.clone()),
+                });
                 c
             }
         };

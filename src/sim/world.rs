@@ -223,6 +223,12 @@ pub struct RunSummary {
     /// Disruption decisions carried out (autonomous), or reported in the last ten
     /// minutes (recommend-only: the agent's `WouldDisrupt` Events).
     pub decisions: usize,
+    /// Decisions carried out, by method (`empty`, `single`, `multi`, `drift`,
+    /// `expiration`).
+    pub decisions_by_method: BTreeMap<String, usize>,
+    /// Events the agent published over the run, by reason (`WouldDisrupt`,
+    /// `WouldProvision`, `EvictedToResize`, ...): what `kubectl get events` shows of it.
+    pub events_by_reason: BTreeMap<String, usize>,
     /// USD per hour saved by those decisions, each as it was taken (the nodes removed less
     /// their replacements, at the cloud's prices; for recommend-only, as reported). Not
     /// additive over a run: the night's consolidation removes nodes the day's growth buys
@@ -233,7 +239,8 @@ pub struct RunSummary {
     /// zero in recommend-only).
     pub consolidation_realised_savings: f64,
     /// Pods evicted by Tailor's choice: to disrupt a node, or to come back right-sized
-    /// (drains before a spot reclaim are counted as spot interruptions).
+    /// (drains before a spot reclaim are counted as spot interruptions, and a DaemonSet's
+    /// pod, which goes with its node rather than moving, is not counted).
     pub pods_evicted: usize,
     /// Evictions by why: `disruption`, `rightsizing`, `spot-reclaim`.
     pub evictions_by_cause: BTreeMap<String, usize>,
@@ -256,6 +263,11 @@ pub struct RunSummary {
     /// Nodes launched in the bring-up before the start: the running cluster the run
     /// begins with.
     pub launches_before_start: u64,
+    /// NodeClaims the agent created over the run, by why: `pending-pods` (pods the
+    /// scheduler could not place), `headroom` (bought ahead of the expected growth),
+    /// `replacement` (a disruption's new node). A claim whose launch failed for lack of
+    /// capacity is made again, so these may exceed the launches.
+    pub claims_by_origin: BTreeMap<String, usize>,
     /// Spot VMs Azure announced it would reclaim.
     pub spot_interruptions: u64,
 }
@@ -568,6 +580,10 @@ struct Figures {
     /// The sizes on sale, by name, to price NodeClaims.
     sizes_by_name: BTreeMap<String, InstanceType>,
     done: Vec<f64>,
+    /// Decisions carried out, by method.
+    methods: BTreeMap<String, usize>,
+    /// NodeClaims the agent created, by why.
+    claims_by_origin: BTreeMap<&'static str, usize>,
     credit_per_hour: f64,
     realised: f64,
     /// NodeClaims whose instance was already counted, and whether provisioning bought it.
@@ -634,7 +650,9 @@ impl Figures {
                     if let Some((since, cause)) = self.pending.remove(&pod) {
                         self.count_pending(since, at, cause);
                     }
-                    if at < self.start {
+                    // A DaemonSet's pod evicted from a node going away is not moved
+                    // anywhere: it goes with its node, and no pod waits for it.
+                    if at < self.start || scenario.workloads[workload].kind == Kind::DaemonSet {
                         continue;
                     }
                     let cause = match why {
@@ -653,8 +671,33 @@ impl Figures {
                         self.size_seen(w, o.pods.get(&pod), applies);
                     }
                 }
+                Happening::ClaimCreated { claim } => {
+                    if at < self.start {
+                        continue;
+                    }
+                    let a = claim.annotations();
+                    let why = if a.contains_key(crate::controllers::disruption::REPLACES_ANNOTATION) {
+                        "replacement"
+                    } else if a.contains_key(labels::HEADROOM_ANNOTATION) {
+                        "headroom"
+                    } else {
+                        "pending-pods"
+                    };
+                    *self.claims_by_origin.entry(why).or_default() += 1;
+                    if std::env::var("TAILOR_SIM_DEBUG").is_ok() {
+                        eprintln!("CREATE {:.2} {} {} {:?}", (at - self.start) as f64 / 3600.0, claim.name_any(), why, claim.spec.requirements.iter().find(|r| r.key == labels::INSTANCE_TYPE).map(|r| r.values.first().cloned()));
+                    }
+                }
+                Happening::Preempted { .. } => {
+                    if at >= self.start {
+                        self.spot_interruptions += 1;
+                    }
+                }
                 Happening::ClaimGone { claim } => {
                     let name = claim.name_any();
+                    if std::env::var("TAILOR_SIM_DEBUG").is_ok() && at >= self.start {
+                        eprintln!("GONE {:.2} {} {:?} age {:.2}h", (at - self.start) as f64 / 3600.0, name, claim.annotations().get(labels::TERMINATION_REASON_ANNOTATION), (at - claim.metadata.creation_timestamp.as_ref().map_or(at, |t| t.0.as_second())) as f64 / 3600.0);
+                    }
                     let Some(id) = claim
                         .annotations()
                         .get(crate::controllers::disruption::COMMAND_ANNOTATION)
@@ -679,6 +722,12 @@ impl Figures {
                         let saving = entry.1 - replaced;
                         self.commands.remove(&id);
                         if at >= self.start {
+                            let method = claim
+                                .annotations()
+                                .get(labels::TERMINATION_REASON_ANNOTATION)
+                                .cloned()
+                                .unwrap_or_default();
+                            *self.methods.entry(method).or_default() += 1;
                             self.done.push(saving);
                             self.credit_per_hour += saving.max(0.0);
                         }
@@ -863,6 +912,8 @@ async fn run_paused(
             .map(|t| (t.name.clone(), t.clone()))
             .collect(),
         done: Vec::new(),
+        methods: BTreeMap::new(),
+        claims_by_origin: BTreeMap::new(),
         credit_per_hour: 0.0,
         realised: 0.0,
         instances_seen: BTreeSet::new(),
@@ -874,7 +925,7 @@ async fn run_paused(
     let steps = (end - first) / scenario.step;
     let mut samples = Vec::new();
     let mut launched_before = 0;
-    let mut preempted: BTreeSet<String> = BTreeSet::new();
+    let mut last_used: (f64, f64, BTreeMap<String, (f64, f64)>) = Default::default();
     for step in 0..steps {
         let now = first + step * scenario.step;
         let at = origin
@@ -899,6 +950,19 @@ async fn run_paused(
         }
         let instances: Vec<Instance> = cloud.list().await.unwrap_or_default();
         let mut o = cluster.lock();
+        // The hour's sample is the cluster as the last hour left it, before this hour's
+        // replica changes (with the last step's usage).
+        if now > scenario.start && since % 3600 == 0 {
+            if let Some(m) = metrics {
+                record_namespaces(m, &o, scenario, &last_used.2, &prices);
+            }
+            // Usage every workload has taken in is forgotten.
+            if let Some(until) = checkpoints_until(&o) {
+                usage.lock().forget_before(until);
+            }
+            samples.push(sample(&o, &cloud, now, last_used.0, last_used.1, &figures));
+            progress((step + 1) as f64 / steps as f64);
+        }
         // Replica changes on the hour (the first step sets the cluster up).
         if step == 0 || since.rem_euclid(3600) == 0 {
             for (i, w) in scenario.workloads.iter().enumerate() {
@@ -907,17 +971,7 @@ async fn run_paused(
                 }
             }
         }
-        let (cpu_used, mem_used, used_by_namespace) =
-            use_step(&mut o, scenario, &usage, now, &mut figures, metrics);
-        // Spot notices the nodes show.
-        for n in o.nodes.values() {
-            if crate::controllers::interruption::notice(n).is_some()
-                && preempted.insert(n.name_any())
-                && now >= scenario.start
-            {
-                figures.spot_interruptions += 1;
-            }
-        }
+        last_used = use_step(&mut o, scenario, &usage, now, &mut figures, metrics);
         let happenings = o.take_happenings();
         figures.observe(happenings, &o, scenario, metrics, settings.applies_rightsizing());
         // Consolidation's realised saving: the decisions done, until provisioning buys
@@ -943,22 +997,21 @@ async fn run_paused(
                 m.savings_realised(SavingsSource::Consolidation, saved);
             }
         }
-        if now >= scenario.start && since % 3600 == 0 {
-            if let Some(m) = metrics {
-                record_namespaces(m, &o, scenario, &used_by_namespace, &prices);
-            }
-            // Usage every workload has taken in is forgotten.
-            if let Some(until) = checkpoints_until(&o) {
-                usage.lock().forget_before(until);
-            }
-            samples.push(sample(&o, &cloud, now, cpu_used, mem_used, &figures));
-            progress((step + 1) as f64 / steps as f64);
-        }
     }
     let now = end;
+    if let Ok(d) = Duration::try_from(
+        origin
+            .checked_add(jiff::SignedDuration::from_secs(end - first))
+            .unwrap_or(origin)
+            .duration_since(clock.now()),
+    ) {
+        tokio::time::sleep(d).await;
+    }
     let mut o = cluster.lock();
     let happenings = o.take_happenings();
     figures.observe(happenings, &o, scenario, metrics, settings.applies_rightsizing());
+    samples.push(sample(&o, &cloud, now, last_used.0, last_used.1, &figures));
+    progress(1.0);
     for (_, (since, cause)) in std::mem::take(&mut figures.pending) {
         figures.count_pending(since, now, cause);
     }
@@ -1000,6 +1053,15 @@ async fn run_paused(
             + last.memory_requested * prices.per_gib_hour,
         recommendations,
         decisions,
+        decisions_by_method: figures.methods.clone(),
+        events_by_reason: o
+            .events
+            .iter()
+            .filter(|e| e.at.as_second() >= scenario.start)
+            .fold(BTreeMap::new(), |mut m, e| {
+                *m.entry(e.reason.clone()).or_default() += 1;
+                m
+            }),
         consolidation_savings_per_hour: savings,
         consolidation_realised_savings: figures.realised,
         pods_evicted,
@@ -1019,6 +1081,11 @@ async fn run_paused(
             .collect(),
         launches: cloud.launches().saturating_sub(launched_before),
         launches_before_start: launched_before,
+        claims_by_origin: figures
+            .claims_by_origin
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
         spot_interruptions: figures.spot_interruptions,
     };
     let workloads_out = scenario
@@ -1157,6 +1224,10 @@ fn checkpoints_until(o: &Objects) -> Option<i64> {
 /// The decisions a recommend-only run's agent reported in its last ten minutes
 /// (`WouldDisrupt` Events on the NodePools), and their $/hour.
 fn reported_decisions(o: &Objects, now: i64) -> (usize, f64) {
+    if std::env::var("TAILOR_SIM_DEBUG").is_ok() {
+        let last: Vec<i64> = o.events.iter().filter(|e| e.reason == "WouldDisrupt").map(|e| now - e.at.as_second()).collect();
+        eprintln!("WouldDisrupt ages: {:?}", &last[last.len().saturating_sub(20)..]);
+    }
     let recent: Vec<&super::cluster::RecordedEvent> = o
         .events
         .iter()

@@ -10,6 +10,7 @@ pub mod liveness;
 pub mod registration;
 pub mod termination;
 
+use crate::controllers::state::InOrder;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -212,13 +213,63 @@ fn observe_stage<C: CloudProvider>(
     }
 }
 
+/// While a launch or a termination is under way, the controller looks again this often
+/// whatever changed: their steps retry on time (a launch that failed, a drain a budget
+/// refused).
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// With nothing under way, it looks again at least this often.
+const IDLE_EVERY: Duration = Duration::from_secs(30);
+
+/// How long the controller may wait for a change in the stores before a claim's next step
+/// is due on time alone: [`RETRY_EVERY`] while any claim launches or terminates; else until
+/// the first launched claim would pass its registration TTL or a batch's hold ends, at
+/// most [`IDLE_EVERY`]. Pure.
+pub fn next_look<'a>(
+    claims: impl IntoIterator<Item = (&'a NodeClaim, Option<Arc<Node>>)>,
+    now: Timestamp,
+    registration_ttl: SignedDuration,
+) -> Duration {
+    let mut due: Option<Timestamp> = None;
+    let mut soon = |t: Timestamp| due = Some(due.map_or(t, |d| d.min(t)));
+    for (claim, node) in claims {
+        let conditions = claim.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+        let launched = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_ref())
+            .is_some();
+        if claim.metadata.deletion_timestamp.is_some() || !launched {
+            return RETRY_EVERY;
+        }
+        if is_condition_true(conditions, condition::REGISTERED) {
+            continue;
+        }
+        match node {
+            None => {
+                if let Some(c) = find_condition(conditions, condition::LAUNCHED) {
+                    soon(c.last_transition_time.0.checked_add(registration_ttl).unwrap_or(now));
+                }
+            }
+            Some(node) => {
+                let appeared = node.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+                soon(appeared.checked_add(BATCH_HOLD).unwrap_or(now));
+            }
+        }
+    }
+    let left = due.map_or(IDLE_EVERY, |t| {
+        Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO)
+    });
+    left.clamp(RETRY_EVERY, IDLE_EVERY)
+}
+
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
     let launches = InFlight::default();
     let terminations = InFlight::default();
     let mut seen = ctx.state.generation();
+    let mut wait = RETRY_EVERY;
     loop {
-        wait_for_change_since(&ctx.state, seen, Duration::from_secs(1)).await;
+        wait_for_change_since(&ctx.state, seen, wait).await;
         seen = ctx.state.generation();
         if !ctx.writer.is_leader() {
             continue;
@@ -231,7 +282,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             .into_iter()
             .filter_map(|n| Some((n.spec.as_ref()?.provider_id.clone()?, n)))
             .collect();
-        let claims = ctx.state.node_claims.state();
+        let claims = ctx.state.node_claims.in_order();
         let node_of = |c: &NodeClaim| {
             c.status
                 .as_ref()
@@ -240,6 +291,11 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
                 .cloned()
         };
         let incomplete = incomplete_batches(claims.iter().map(|c| &**c), |c| node_of(c).is_some());
+        wait = next_look(
+            claims.iter().map(|c| (&**c, node_of(c))),
+            now,
+            ctx.settings.registration_ttl,
+        );
         // A batch's nodes are registered together, concurrently, after the other steps.
         let mut registrations = Vec::new();
         for claim in claims {
@@ -449,6 +505,46 @@ mod tests {
             Some("kwok://default-abcde"),
         );
         assert_eq!(decide(&done, Some(&node), t(60), TTL), Step::Steady);
+    }
+
+    #[test]
+    fn the_controller_looks_again_when_the_next_step_is_due_on_time_alone() {
+        let steady = claim(
+            &[
+                (condition::LAUNCHED, true),
+                (condition::REGISTERED, true),
+                (condition::INITIALIZED, true),
+            ],
+            Some("kwok://default-abcde"),
+        );
+        // Nothing due: the idle look.
+        assert_eq!(next_look([(&steady, None)], t(60), TTL), IDLE_EVERY);
+        // Launching, or terminating: every second.
+        let launching = claim(&[], None);
+        assert_eq!(
+            next_look([(&steady, None), (&launching, None)], t(60), TTL),
+            RETRY_EVERY
+        );
+        let mut going = steady.clone();
+        going.metadata.deletion_timestamp = Some(Time(t(0)));
+        assert_eq!(next_look([(&going, None)], t(60), TTL), RETRY_EVERY);
+        // Launched at 0 with no node: due at the TTL, 15 minutes on; looked at within the
+        // idle look until then, and at once when it is due.
+        let launched = claim(&[(condition::LAUNCHED, true)], Some("kwok://default-abcde"));
+        assert_eq!(next_look([(&launched, None)], t(60), TTL), IDLE_EVERY);
+        assert_eq!(
+            next_look([(&launched, None)], t(15 * 60 - 20), TTL),
+            Duration::from_secs(20)
+        );
+        assert_eq!(next_look([(&launched, None)], t(15 * 60), TTL), RETRY_EVERY);
+        // Its node appeared at 100: the batch hold ends at 110.
+        let mut node = ready_node();
+        node.metadata.creation_timestamp = Some(Time(t(100)));
+        let node = Some(Arc::new(node));
+        assert_eq!(
+            next_look([(&launched, node.clone())], t(103), TTL),
+            Duration::from_secs(7)
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! are deleted and the finalizer dropped. After the claim's `terminationGracePeriod`,
 //! remaining pods are deleted regardless of budgets.
 
+use crate::controllers::state::InOrder;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
@@ -122,7 +123,7 @@ async fn pass<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) -> Result<(
         }
         // 2. Drain.
         let node_name = node.name_any();
-        let all = ctx.state.pods.state();
+        let all = ctx.state.pods.in_order();
         let pods: Vec<&Pod> = all
             .iter()
             .map(|p| p.as_ref())
