@@ -275,6 +275,13 @@ fn main() {
                         .map(|(cause, hours)| format!("{cause} {hours:.2}"))
                         .collect();
                     println!("      seed {} pending pod-hours by cause: {}", o.seed, causes.join(", "));
+                    println!(
+                        "      seed {} claims by origin: {:?}; decisions by method: {:?}; evictions by cause: {:?}",
+                        o.seed,
+                        o.autonomous.claims_by_origin,
+                        o.autonomous.decisions_by_method,
+                        o.autonomous.evictions_by_cause
+                    );
                     outcomes.lock().expect("not poisoned").push(o);
                 }
             });

@@ -79,8 +79,8 @@ impl RuntimeClock {
 
 impl Clock for RuntimeClock {
     fn now(&self) -> Timestamp {
-        let elapsed = jiff::SignedDuration::try_from(self.at.elapsed())
-            .unwrap_or(jiff::SignedDuration::MAX);
+        let elapsed =
+            jiff::SignedDuration::try_from(self.at.elapsed()).unwrap_or(jiff::SignedDuration::MAX);
         self.origin.checked_add(elapsed).unwrap_or(Timestamp::MAX)
     }
 }

@@ -65,12 +65,31 @@ fn every_launch_the_cloud_saw_is_counted_replacements_included() {
         total(&text, "tailor_oom_kills_total") as u64,
         run.summary.oom_kills
     );
+    // Every eviction a drain made (disruption, spot reclaims, the DaemonSet pods of the
+    // drained nodes), and every right-sizing eviction, as the cluster served them.
+    let by_cause = &run.summary.evictions_by_cause;
+    let cause = |c: &str| by_cause.get(c).copied().unwrap_or(0);
+    assert!(cause("disruption") > 0, "{by_cause:?}");
     assert_eq!(
         total(&text, "tailor_evictions_total") as usize,
-        run.summary.pods_evicted
+        cause("disruption") + cause("spot-reclaim") + cause("daemonset"),
+        "{by_cause:?}"
     );
     assert_eq!(
-        total(&text, "tailor_recommendations_applied_total") as usize,
-        run.summary.recommendations
+        total(&text, "tailor_rightsizing_evictions_total") as usize,
+        cause("rightsizing"),
+        "{by_cause:?}"
+    );
+    assert_eq!(
+        run.summary.pods_evicted,
+        cause("disruption") + cause("rightsizing")
+    );
+    // Every in-place resize the cluster made was counted as applied (a resize the kubelet
+    // deferred is counted when it is asked for).
+    let applied = total(&text, "tailor_recommendations_applied_total") as usize;
+    assert!(
+        run.summary.resized_in_place > 0 && applied >= run.summary.resized_in_place,
+        "{applied} counted, {} made",
+        run.summary.resized_in_place
     );
 }

@@ -4,6 +4,8 @@
 #[path = "support/bin.rs"]
 mod bin;
 
+use std::collections::BTreeSet;
+
 use bin::tailor;
 use tailor::catalog::{Catalog, CatalogOptions};
 use tailor::disruption::{self, Cluster, Method, Report, Settings};
@@ -341,6 +343,62 @@ fn capacity_the_cycle_expects_within_the_horizon_is_kept() {
     // Nothing more than what runs expected: both empty nodes go, and `a` stays.
     let r = evaluate_expecting(&yaml, 1_500);
     assert_eq!(r.summary.nodes_after, 1, "{r:#?}");
+}
+
+#[test]
+fn a_node_bought_ahead_is_kept_however_empty_until_the_growth_it_was_bought_for_comes() {
+    // `a` runs a pod; `b` and `ahead` are empty, and `ahead`'s claim was bought ahead with
+    // its lead ending an hour after NOW.
+    let until = jiff::Timestamp::from_second(NOW + 3600).expect("valid");
+    let claim = format!(
+        "---
+apiVersion: tailor.sh/v1alpha1
+kind: NodeClaim
+metadata:
+  name: ahead
+  labels: {{tailor.sh/nodepool: default}}
+  annotations: {{tailor.sh/headroom: the cycle expects growth, tailor.sh/headroom-until: '{until}'}}
+spec:
+  nodeClassRef: {{group: karpenter.azure.com, kind: AKSNodeClass, name: default}}
+  requirements: []
+status: {{nodeName: ahead}}
+"
+    );
+    let yaml = format!(
+        "{POOL}{}{}{}{}{claim}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        node("ahead", 10, ""),
+        pod("web-1", "a", "1", "")
+    );
+    let r = evaluate(&yaml);
+    let removed: BTreeSet<&str> = r
+        .decisions
+        .iter()
+        .flat_map(|d| d.nodes.iter().map(String::as_str))
+        .collect();
+    // The other empty node goes (and `a`'s one pod may move onto `ahead`, which stays).
+    assert!(
+        removed.contains("b") && !removed.contains("ahead"),
+        "{r:#?}"
+    );
+    assert!(blocked(&r, "ahead").contains("bought ahead"), "{r:#?}");
+    // Once the lead has passed, it is an empty node like any other.
+    let snapshot = Snapshot::from_yaml("scenario.yaml", &yaml).expect("scenario parses");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |s: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = s.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let later = Cluster::from_snapshot(&snapshot, &types, NOW + 2 * 3600).expect("cluster");
+    let r = disruption::evaluate(&later, &Settings::default());
+    let removed: BTreeSet<&str> = r
+        .decisions
+        .iter()
+        .flat_map(|d| d.nodes.iter().map(String::as_str))
+        .collect();
+    assert!(removed.contains("ahead") && removed.contains("b"), "{r:#?}");
 }
 
 #[test]
@@ -729,368 +787,6 @@ fn simulate_disruption_prints_the_documented_json() {
     assert!(v["blocked"].is_array());
     assert!(v["summary"]["hourlyCostBefore"].as_f64().is_some());
     assert!(v["summary"]["hourlyCostAfter"].as_f64().is_some());
-}
-
-mod controller {
-    use std::collections::BTreeSet;
-    use std::future::{Future, ready};
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use jiff::{SignedDuration, Timestamp};
-    use k8s_openapi::api::core::v1::Taint;
-    use tailor::catalog::{Catalog, CatalogOptions};
-    use tailor::clock::{Clock, VirtualClock};
-    use tailor::cloud::sim::{SimSettings, SimulatedAzure};
-    use tailor::cloud::{CloudProvider, InstanceState};
-    use tailor::disruption::controller::{ActError, Actuator, DISRUPTED_TAINT, Disrupter, Phase};
-    use tailor::disruption::{self, Cluster, NodeMeta, Settings};
-    use tailor::provisioning::Mode;
-    use tailor::state::Snapshot;
-
-    use super::{NOW, POOL, node, pod};
-
-    /// The Kubernetes API as the controller uses it, over an in-memory cluster.
-    struct FakeApi {
-        cluster: Cluster,
-        refuse: BTreeSet<String>,
-        log: Vec<String>,
-    }
-
-    impl Actuator for FakeApi {
-        fn taint(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
-            self.log.push(format!("taint {node}"));
-            if let Some(n) = self.cluster.input.nodes.iter_mut().find(|n| n.name == node) {
-                n.taints.push(Taint {
-                    key: DISRUPTED_TAINT.to_string(),
-                    effect: "NoSchedule".to_string(),
-                    ..Taint::default()
-                });
-            }
-            ready(Ok(()))
-        }
-
-        fn evict(&mut self, pod: &str) -> impl Future<Output = Result<(), ActError>> + Send {
-            if self.refuse.contains(pod) {
-                return ready(Err(ActError::Refused {
-                    pod: pod.to_string(),
-                    reason: "Cannot evict pod as it would violate the pod's disruption budget."
-                        .to_string(),
-                }));
-            }
-            self.log.push(format!("evict {pod}"));
-            for n in &mut self.cluster.input.nodes {
-                if let Some(i) = n.pods.iter().position(|p| p.key == pod) {
-                    let mut p = (*n.pods.remove(i)).clone();
-                    p.node_name = None;
-                    self.cluster.input.pending.push(p);
-                }
-            }
-            ready(Ok(()))
-        }
-
-        fn delete_node(&mut self, node: &str) -> impl Future<Output = Result<(), ActError>> + Send {
-            self.log.push(format!("delete {node}"));
-            if let Some(i) = self.cluster.input.nodes.iter().position(|n| n.name == node) {
-                self.cluster.input.nodes.remove(i);
-                self.cluster.nodes.remove(i);
-            }
-            ready(Ok(()))
-        }
-    }
-
-    fn setup(yaml: &str) -> (FakeApi, SimulatedAzure, VirtualClock) {
-        let snapshot = Snapshot::from_yaml("scenario.yaml", yaml).expect("parses");
-        let catalog = Catalog::builtin().expect("catalog");
-        let types = |s: &tailor::model::NodeSettings| {
-            let mut o = CatalogOptions::for_region("eastus");
-            o.node = s.clone();
-            catalog.instance_types(&o).map_err(|e| e.to_string())
-        };
-        let cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster");
-        let clock = VirtualClock::new(Timestamp::from_second(NOW).expect("valid"));
-        let all = catalog
-            .instance_types(&CatalogOptions::for_region("eastus"))
-            .expect("types");
-        let cloud = SimulatedAzure::new(Arc::new(clock.clone()), all, SimSettings::default());
-        (
-            FakeApi {
-                cluster,
-                refuse: BTreeSet::new(),
-                log: Vec::new(),
-            },
-            cloud,
-            clock,
-        )
-    }
-
-    const DAEMON: &str = "---
-apiVersion: v1
-kind: Pod
-metadata:
-  name: agent-a
-  namespace: kube-system
-  ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: d1, controller: true}]
-spec:
-  nodeName: a
-  containers: [{name: agent, image: agent, resources: {requests: {cpu: 50m, memory: 64Mi}}}]
-status: {phase: Running}
-";
-
-    /// Node `a` (10 cores) holding one 500m pod and a DaemonSet pod, and a Disrupter
-    /// (15 s validation delay, replacements given `ttl`) with the one decision that
-    /// replaces `a` by a smaller node submitted.
-    fn replacing_a(
-        ttl: SignedDuration,
-    ) -> (
-        FakeApi,
-        SimulatedAzure,
-        VirtualClock,
-        Disrupter<SimulatedAzure>,
-    ) {
-        let yaml = format!(
-            "{POOL}{}{}{DAEMON}",
-            node("a", 10, ""),
-            pod("web-1", "a", "500m", "")
-        );
-        let (api, cloud, clock) = setup(&yaml);
-        let report = disruption::evaluate(&api.cluster, &Settings::default());
-        assert_eq!(report.decisions.len(), 1, "{report:#?}");
-        let mut d = Disrupter::new(
-            cloud.clone(),
-            Mode::Autonomous,
-            Settings::default(),
-            SignedDuration::from_secs(15),
-        )
-        .with_replacement_ttl(ttl);
-        d.submit(clock.now(), report.decisions);
-        (api, cloud, clock, d)
-    }
-
-    #[tokio::test]
-    async fn a_replacement_runs_before_the_old_node_is_drained_and_deleted() {
-        let (mut api, cloud, clock, mut d) =
-            replacing_a(tailor::disruption::controller::DEFAULT_REPLACEMENT_TTL);
-        // Before the validation delay nothing happens.
-        let view = api.cluster.clone();
-        d.tick(clock.now(), &view, &mut api).await;
-        assert!(matches!(d.commands()[0].phase, Phase::Validating { .. }));
-        assert_eq!(cloud.launches(), 0);
-
-        clock.advance(Duration::from_secs(15));
-        let view = api.cluster.clone();
-        d.tick(clock.now(), &view, &mut api).await;
-        assert_eq!(d.commands()[0].phase, Phase::Launching);
-        assert_eq!(cloud.launches(), 1);
-        assert!(
-            api.log.is_empty(),
-            "nothing touched while the replacement starts"
-        );
-
-        // Running after the launch latency, then registered by its kubelet.
-        clock.advance(Duration::from_secs(60));
-        let instance = d.commands()[0].launched[0].clone();
-        let view = api.cluster.clone();
-        d.tick(clock.now(), &view, &mut api).await;
-        assert_eq!(
-            d.commands()[0].phase,
-            Phase::Launching,
-            "not registered yet"
-        );
-        let mut registered = api.cluster.input.nodes[0].clone();
-        registered.name = instance.claim.clone();
-        registered.pods.clear();
-        api.cluster.input.nodes.push(registered);
-        api.cluster.nodes.push(NodeMeta {
-            provider_id: Some(instance.provider_id.clone()),
-            ..NodeMeta::default()
-        });
-
-        for _ in 0..3 {
-            let view = api.cluster.clone();
-            d.tick(clock.now(), &view, &mut api).await;
-        }
-        assert_eq!(
-            d.commands()[0].phase,
-            Phase::Done,
-            "{:#?}",
-            d.commands()[0].log
-        );
-        assert_eq!(
-            api.log,
-            [
-                "taint a",
-                "evict shop/web-1",
-                "evict kube-system/agent-a",
-                "delete a"
-            ],
-            "tainted after the replacement, workload pods before DaemonSet pods"
-        );
-        assert!(
-            cloud
-                .list()
-                .await
-                .expect("list")
-                .iter()
-                .any(|i| i.claim == instance.claim)
-        );
-    }
-
-    #[tokio::test]
-    async fn a_replacement_that_never_registers_is_given_up_after_its_ttl_and_nothing_is_drained() {
-        let (mut api, cloud, clock, mut d) = replacing_a(SignedDuration::from_mins(10));
-        clock.advance(Duration::from_secs(15));
-        let view = api.cluster.clone();
-        d.tick(clock.now(), &view, &mut api).await;
-        assert_eq!(d.commands()[0].phase, Phase::Launching);
-        let instance = d.commands()[0].launched[0].clone();
-        // The VM runs, but its node never registers.
-        for _ in 0..9 {
-            clock.advance(Duration::from_secs(60));
-            let view = api.cluster.clone();
-            d.tick(clock.now(), &view, &mut api).await;
-            assert_eq!(d.commands()[0].phase, Phase::Launching);
-            assert!(d.busy());
-        }
-        clock.advance(Duration::from_secs(60));
-        let view = api.cluster.clone();
-        d.tick(clock.now(), &view, &mut api).await;
-        match &d.commands()[0].phase {
-            Phase::Aborted(why) => assert!(why.contains("not initialized after 10m"), "{why}"),
-            other => panic!("expected the command undone, got {other:?}"),
-        }
-        assert!(!d.busy(), "a later decision is not blocked behind it");
-        assert!(api.log.is_empty(), "nothing tainted, evicted or deleted");
-        let left = cloud.get(&instance.provider_id).await.expect("known");
-        assert_eq!(
-            left.state,
-            InstanceState::Terminating,
-            "the replacement VM goes"
-        );
-        assert_eq!(api.cluster.input.nodes.len(), 1, "the old node stays");
-    }
-
-    #[tokio::test]
-    async fn re_validation_fails_when_a_pod_appears_and_nothing_is_disrupted() {
-        let yaml = format!(
-            "{POOL}{}{}{}",
-            node("a", 10, ""),
-            node("b", 10, ""),
-            pod("web-1", "a", "3", "")
-        );
-        let (mut api, cloud, clock) = setup(&yaml);
-        let report = disruption::evaluate(
-            &api.cluster,
-            &Settings {
-                all: false,
-                ..Settings::default()
-            },
-        );
-        assert_eq!(report.decisions[0].nodes, ["b"]);
-        let mut d = Disrupter::new(
-            cloud.clone(),
-            Mode::Autonomous,
-            Settings::default(),
-            SignedDuration::from_secs(15),
-        );
-        d.submit(clock.now(), report.decisions);
-        // A pod lands on the empty node during the delay.
-        let mut p = (*api.cluster.input.nodes[0].pods[0]).clone();
-        p.key = "shop/web-2".to_string();
-        p.node_name = Some("b".to_string());
-        api.cluster.input.nodes[1].pods.push(std::sync::Arc::new(p));
-        clock.advance(Duration::from_secs(15));
-        let view = api.cluster.clone();
-        d.tick(clock.now(), &view, &mut api).await;
-        match &d.commands()[0].phase {
-            Phase::Aborted(why) => {
-                assert!(why.contains("pod shop/web-2 appeared on node b"), "{why}")
-            }
-            other => panic!("expected an abort, got {other:?}"),
-        }
-        assert!(api.log.is_empty());
-        assert_eq!(cloud.launches(), 0);
-        assert!(!d.busy());
-    }
-
-    #[tokio::test]
-    async fn a_pdb_refusal_is_retried_and_recommend_only_mode_does_nothing() {
-        let yaml = format!(
-            "{POOL}{}{}{}",
-            node("a", 10, ""),
-            node("b", 10, ""),
-            pod("web-1", "a", "1500m", "")
-        );
-        let (mut api, cloud, clock) = setup(&yaml);
-        let report = disruption::evaluate(&api.cluster, &Settings::default());
-        let mut quiet = Disrupter::new(
-            cloud.clone(),
-            Mode::RecommendOnly,
-            Settings::default(),
-            SignedDuration::from_secs(15),
-        );
-        quiet.submit(clock.now(), report.decisions.clone());
-        assert_eq!(quiet.recommended().len(), report.decisions.len());
-        assert!(quiet.commands().is_empty());
-
-        // Autonomous: the decision that replaces `a` by a smaller node, with its one
-        // eviction refused by a PodDisruptionBudget at first.
-        let single = report
-            .decisions
-            .iter()
-            .find(|x| !x.pods_moved.is_empty())
-            .cloned()
-            .expect("a decision that evicts");
-        api.refuse.insert("shop/web-1".to_string());
-        let mut d = Disrupter::new(
-            cloud.clone(),
-            Mode::Autonomous,
-            Settings {
-                all: true,
-                ..Settings::default()
-            },
-            SignedDuration::from_secs(0),
-        );
-        d.submit(clock.now(), vec![single]);
-        for _ in 0..3 {
-            clock.advance(Duration::from_secs(61));
-            let view = api.cluster.clone();
-            d.tick(clock.now(), &view, &mut api).await;
-            // Register any replacement as its kubelet would.
-            for l in d.commands()[0].launched.clone() {
-                if !api.cluster.input.nodes.iter().any(|n| n.name == l.claim) {
-                    let mut n = api.cluster.input.nodes[0].clone();
-                    n.name = l.claim.clone();
-                    n.pods.clear();
-                    api.cluster.input.nodes.push(n);
-                    api.cluster.nodes.push(NodeMeta::default());
-                }
-            }
-        }
-        assert_eq!(
-            d.commands()[0].phase,
-            Phase::Draining,
-            "{:#?}",
-            d.commands()[0].log
-        );
-        assert!(
-            d.commands()[0]
-                .log
-                .iter()
-                .any(|(_, l)| l.contains("refused"))
-        );
-        api.refuse.clear();
-        for _ in 0..2 {
-            let view = api.cluster.clone();
-            d.tick(clock.now(), &view, &mut api).await;
-        }
-        assert_eq!(
-            d.commands()[0].phase,
-            Phase::Done,
-            "{:#?}",
-            d.commands()[0].log
-        );
-    }
 }
 
 #[test]

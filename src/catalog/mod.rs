@@ -8,8 +8,8 @@
 //! flagged as estimates wherever they show.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::model::{CapacityType, InstanceType, NodeSettings, Offering, Sku, SkuName};
 
@@ -162,8 +162,11 @@ pub struct Catalog {
     /// The instance types already built, per options: a catalog never changes once made
     /// (a refresh makes a new one), and the agent's controllers ask for the same sizes on
     /// every pass.
-    built: Arc<Mutex<Vec<(CatalogOptions, Arc<Vec<InstanceType>>)>>>,
+    built: Arc<Mutex<Vec<Built>>>,
 }
+
+/// Instance types built once for a set of options.
+type Built = (CatalogOptions, Arc<Vec<InstanceType>>);
 
 impl Catalog {
     /// The catalog compiled into the binary.
@@ -254,7 +257,10 @@ impl Catalog {
     }
 
     /// [`Catalog::instance_types`], built once per options and shared.
-    pub fn shared_instance_types(&self, options: &CatalogOptions) -> Result<Arc<Vec<InstanceType>>> {
+    pub fn shared_instance_types(
+        &self,
+        options: &CatalogOptions,
+    ) -> Result<Arc<Vec<InstanceType>>> {
         let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, types)) = built.iter().find(|(o, _)| o == options) {
             return Ok(types.clone());

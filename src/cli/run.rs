@@ -172,7 +172,12 @@ pub struct RunArgs {
     pub packing: PackingArg,
 
     /// What consolidation asks of a decision before it removes or replaces nodes.
-    #[arg(long, env = "TAILOR_CONSOLIDATION", value_enum, default_value = "tailor")]
+    #[arg(
+        long,
+        env = "TAILOR_CONSOLIDATION",
+        value_enum,
+        default_value = "tailor"
+    )]
     pub consolidation: ConsolidationArg,
 
     /// Log format.

@@ -12,8 +12,7 @@
 //! 4. a command whose replacements are missing, or not ready within the registration TTL,
 //!    is undone: the taint and annotations are removed, unfinished replacements deleted.
 //!
-//! When to finish or undo is [`crate::disruption::controller::progress`], which the
-//! simulator's `Disrupter` applies to its commands too.
+//! When to finish or undo is [`crate::disruption::controller::progress`].
 //!
 //! For a NodePool in recommend-only mode every decision over its nodes is published as an
 //! Event on the pool with its saving in $/hour, counted in the decision metrics, and
@@ -170,9 +169,9 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // change, or once the clock may have changed the answer (a node's quiet time
         // passing, an expiry, the cycle's expectation), at the demand history's grain.
         let generation = ctx.state.generation();
-        if consolidated.is_some_and(|(g, at)| {
-            g == generation && now.duration_since(at) < CONSOLIDATED_RECHECK
-        }) {
+        if consolidated
+            .is_some_and(|(g, at)| g == generation && now.duration_since(at) < CONSOLIDATED_RECHECK)
+        {
             continue;
         }
         consolidated = None;
@@ -190,11 +189,8 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         let newest = {
             let mut demand = ctx.demand.lock().unwrap_or_else(|e| e.into_inner());
             demand.record(&cluster.input, cluster.now);
-            cluster.expected = demand.expected(
-                &cluster.input,
-                cluster.now,
-                ctx.settings.forecast_horizon,
-            );
+            cluster.expected =
+                demand.expected(&cluster.input, cluster.now, ctx.settings.forecast_horizon);
             demand.newest()
         };
         if newest.is_some_and(|t| saved.is_none_or(|s| t - s >= super::demand::SAVE_EVERY)) {

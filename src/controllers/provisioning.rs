@@ -42,8 +42,15 @@ const EPHEMERAL_TAINTS: &[&str] = &[
 ];
 
 /// How often the provisioner looks whether to buy ahead of the growth the requests' cycle
-/// expects (`provisioning::headroom`), while nothing is pending or launching.
+/// expects (`provisioning::headroom`), while nothing is pending or launching and the
+/// cluster has changed since the last look.
 const HEADROOM_EVERY: SignedDuration = SignedDuration::from_secs(30);
+
+/// ... and while nothing has changed: the cycle's expectation moves at the demand history's
+/// grain (a sample every 5 minutes), and the same cluster and the same expectation give the
+/// same answer. Planning ahead is the provisioner's costliest pass (a copy of the cluster
+/// and a packing of the expected growth), so it is not repeated for nothing.
+const HEADROOM_UNCHANGED_EVERY: SignedDuration = SignedDuration::from_mins(5);
 
 /// A recommend-only pool is told what buying ahead would launch at most this often.
 const HEADROOM_REPORT_AGAIN: SignedDuration = SignedDuration::from_hours(1);
@@ -81,8 +88,10 @@ struct Round {
     /// Pending pods (by uid) whose right-sizing resize was refused: planned as they are
     /// from then on, or every round would buy a node they do not fit.
     resize_refused: BTreeSet<String>,
-    /// When the provisioner last looked whether to buy ahead.
-    headroom_at: Option<Timestamp>,
+    /// When the provisioner last looked whether to buy ahead, and the stores' generation
+    /// it planned on (none when there was nothing to plan on then: pods pending, capacity
+    /// launching).
+    headroom_at: Option<(Timestamp, Option<u64>)>,
     /// When each recommend-only pool was last told what buying ahead would launch.
     headroom_reported: HashMap<String, Timestamp>,
 }
@@ -144,14 +153,12 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             }
         } else if ctx.settings.headroom_lead > 0
             && round.uncovered.is_empty()
-            && round
-                .headroom_at
-                .is_none_or(|t| now.duration_since(t) >= HEADROOM_EVERY)
+            && headroom_due(round.headroom_at, seen).is_none_or(|t| t <= now)
         {
-            round.headroom_at = Some(now);
-            buy_ahead(&ctx, &mut round, now).await;
+            let planned = buy_ahead(&ctx, &mut round, now).await;
+            round.headroom_at = Some((now, planned.then_some(seen)));
         }
-        wake = next_wake(&round, ctx.settings.headroom_lead > 0);
+        wake = next_wake(&round, ctx.settings.headroom_lead > 0, seen);
     }
 }
 
@@ -163,7 +170,7 @@ const MIN_WAIT: Duration = Duration::from_millis(100);
 /// When the round's memory next changes its mind with no change in the cluster: its batch
 /// closes, a pending pod's cover runs out, or buying ahead is due. `None`: nothing is
 /// waiting on time.
-fn next_wake(round: &Round, buying_ahead: bool) -> Option<Timestamp> {
+fn next_wake(round: &Round, buying_ahead: bool, generation: u64) -> Option<Timestamp> {
     let covers = round.covered.values().filter_map(|t| match t {
         Target::Until(t) => Some(*t),
         Target::Claim {
@@ -173,32 +180,43 @@ fn next_wake(round: &Round, buying_ahead: bool) -> Option<Timestamp> {
         } => created.checked_add(UNSEEN_COVER).ok(),
         Target::Claim { .. } => None,
     });
-    let headroom = round
-        .headroom_at
-        .filter(|_| buying_ahead)
-        .and_then(|t| t.checked_add(HEADROOM_EVERY).ok());
-    covers
-        .chain(round.batcher.deadline())
-        .chain(headroom)
-        .min()
+    let headroom = headroom_due(round.headroom_at, generation).filter(|_| buying_ahead);
+    covers.chain(round.batcher.deadline()).chain(headroom).min()
+}
+
+/// When buying ahead is next looked at, after the last look `last` (when, and the
+/// generation it planned on) with the stores now at `generation`: [`HEADROOM_EVERY`] after
+/// it when the cluster has changed since or nothing was planned,
+/// [`HEADROOM_UNCHANGED_EVERY`] when it planned on this very cluster. `None`: never
+/// looked, due now.
+fn headroom_due(last: Option<(Timestamp, Option<u64>)>, generation: u64) -> Option<Timestamp> {
+    let (at, planned_on) = last?;
+    let every = if planned_on == Some(generation) {
+        HEADROOM_UNCHANGED_EVERY
+    } else {
+        HEADROOM_EVERY
+    };
+    Some(at.checked_add(every).unwrap_or(at))
 }
 
 /// Buys ahead of the growth the requests' daily and weekly cycle expects within the lead
 /// (`provisioning::headroom::plan`), while no pod is pending and no NodeClaim launching:
 /// NodeClaims for the pools in autonomous mode, annotated with what they were bought for;
 /// for a pool in recommend-only mode, an Event with what would be launched and its price.
-async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: Timestamp) {
+/// Returns whether it planned: not while pods are pending or capacity is launching (looked
+/// at again on the next change), nor without pools or instance types.
+async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: Timestamp) -> bool {
     {
         let pods = ctx.state.pods.state();
         if pods.iter().any(|p| is_provisionable(p)) {
-            return;
+            return false;
         }
         let claims = ctx.state.node_claims.state();
         if claims.iter().any(|c| {
             c.metadata.deletion_timestamp.is_none()
                 && !c.condition_true(crate::apis::nodeclaim::condition::INITIALIZED)
         }) {
-            return;
+            return false;
         }
     }
     let mut snapshot = ctx
@@ -209,17 +227,17 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
         .node_pools
         .retain(|p| p.metadata.deletion_timestamp.is_none() && validate_pool(p).is_ok());
     if snapshot.node_pools.is_empty() {
-        return;
+        return false;
     }
     let types = match ctx.instance_types().await {
         Ok(t) => t,
         Err(e) => {
             tracing::debug!(error = %e, "instance types unavailable; not buying ahead");
-            return;
+            return false;
         }
     };
     let Some((input, _)) = planning_input(&snapshot, &types) else {
-        return;
+        return false;
     };
     let batch = format!("h{:08x}", ctx.names.number());
     let options = Options {
@@ -234,13 +252,15 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
             &demand,
             now.as_second(),
             ctx.settings.headroom_lead,
-            ctx.settings.forecast_horizon.max(ctx.settings.headroom_lead),
+            ctx.settings
+                .forecast_horizon
+                .max(ctx.settings.headroom_lead),
             crate::provisioning::headroom::DEFAULT_MARGIN,
             &options,
         )
     };
     if claims.is_empty() {
-        return;
+        return true;
     }
     let pools: HashMap<String, &NodePool> = snapshot
         .node_pools
@@ -310,11 +330,12 @@ async fn buy_ahead<C: CloudProvider>(ctx: &Context<C>, round: &mut Round, now: T
                 ),
                 Err(e) => {
                     tracing::warn!(nodepool = %pool_name, error = %e, "buying ahead failed");
-                    return;
+                    return true;
                 }
             }
         }
     }
+    true
 }
 
 /// Seconds as hours and minutes, for messages.
@@ -1251,6 +1272,43 @@ mod tests {
                 seen: false,
             },
         );
+    }
+
+    #[test]
+    fn the_round_wakes_when_its_batch_closes_a_cover_runs_out_or_buying_ahead_is_due() {
+        let mut round = Round::default();
+        assert_eq!(next_wake(&round, true, 0), None, "nothing waits on time");
+        round.batcher.observe(t(0));
+        assert_eq!(next_wake(&round, false, 0), round.batcher.deadline());
+        round.batcher.reset();
+        round
+            .covered
+            .insert("shop/a".to_string(), Target::Until(t(20)));
+        created_for(&mut round, "b", "default-bbbbb", t(5));
+        round.covered.insert(
+            "shop/c".to_string(),
+            Target::Claim {
+                name: "default-ccccc".to_string(),
+                created: t(0),
+                seen: true,
+            },
+        );
+        // a's cover ends at 20; b's unseen claim covers it until 65; c's seen claim while
+        // it lives, whatever the time.
+        assert_eq!(next_wake(&round, false, 0), Some(t(20)));
+        round.covered.remove("shop/a");
+        assert_eq!(next_wake(&round, false, 0), Some(t(65)));
+        // The next look ahead, only when buying ahead: 30 s after the last when the
+        // cluster has changed since, 5 minutes when not.
+        round.headroom_at = Some((t(0), Some(7)));
+        assert_eq!(next_wake(&round, true, 8), Some(t(30)));
+        assert_eq!(next_wake(&round, true, 7), Some(t(65)));
+        assert_eq!(next_wake(&round, false, 8), Some(t(65)));
+        round.covered.clear();
+        assert_eq!(next_wake(&round, true, 7), Some(t(300)));
+        // Nothing planned at the last look (pods were pending): 30 s, changed or not.
+        round.headroom_at = Some((t(0), None));
+        assert_eq!(next_wake(&round, true, 7), Some(t(30)));
     }
 
     #[test]

@@ -45,10 +45,10 @@ use crate::rightsizing::service::{
 };
 use crate::state::Snapshot;
 use crate::telemetry::names::{Controller, EvictionWait, RecommendationState, StuckResize};
-use crate::usage::{ContainerKey, UsageSource};
 use crate::usage::pool::Checkpoint;
 use crate::usage::prometheus::PrometheusSource;
 use crate::usage::workloads::{Workload, Workloads};
+use crate::usage::{ContainerKey, UsageSource};
 
 /// Labels of each workload object.
 type Labels = BTreeMap<Workload, BTreeMap<String, String>>;

@@ -398,7 +398,10 @@ impl State {
             objects
         }
         fn all<K: Clone + Resource<DynamicType = ()>>(store: &Store<K>) -> Vec<K> {
-            sorted(store.state()).iter().map(|o| (**o).clone()).collect()
+            sorted(store.state())
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
         }
         Snapshot {
             pods: sorted(self.pods.state_filter(|p| keep(p))),
@@ -578,12 +581,7 @@ mod tests {
         assert!(early.await.is_err(), "synced before the first full list");
         feed.synced();
         state.wait_synced().await;
-        let names: Vec<String> = state
-            .snapshot()
-            .pods
-            .iter()
-            .map(|p| p.name_any())
-            .collect();
+        let names: Vec<String> = state.snapshot().pods.iter().map(|p| p.name_any()).collect();
         assert_eq!(names, ["web-a", "web-b", "web-c"]);
 
         let before = state.generation();

@@ -108,8 +108,7 @@ pub trait ClusterApi: Send + Sync {
     /// See [`Writer::apply_node_claim`].
     async fn apply_node_claim(&self, claim: &NodeClaim) -> Result<NodeClaim>;
     /// See [`Writer::label_node_claim`].
-    async fn label_node_claim(&self, name: &str, labels: &BTreeMap<String, String>)
-    -> Result<()>;
+    async fn label_node_claim(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()>;
     /// See [`Writer::apply_node_claim_status`].
     async fn apply_node_claim_status(
         &self,
@@ -566,11 +565,7 @@ impl ClusterApi for KubeApi {
             .map_err(api_error(what()))
     }
 
-    async fn label_node_claim(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<()> {
+    async fn label_node_claim(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
         let what = || format!("label nodeclaim {name}");
         let body = json!({
             "apiVersion": NodeClaim::api_version(&()),
@@ -771,11 +766,7 @@ impl ClusterApi for KubeApi {
         }
     }
 
-    async fn remove_node_claim_finalizer(
-        &self,
-        claim: &NodeClaim,
-        finalizer: &str,
-    ) -> Result<()> {
+    async fn remove_node_claim_finalizer(&self, claim: &NodeClaim, finalizer: &str) -> Result<()> {
         let name = claim.name_any();
         let what = || format!("finalizer of nodeclaim {name}");
         let kept: Vec<&String> = claim

@@ -427,7 +427,12 @@ impl Cluster {
             let do_not_disrupt = annotated(object.and_then(|o| o.metadata.annotations.as_ref()))
                 || annotated(claim.and_then(|c| c.metadata.annotations.as_ref()));
             let kept_until = claim
-                .and_then(|c| c.metadata.annotations.as_ref()?.get(labels::HEADROOM_UNTIL_ANNOTATION))
+                .and_then(|c| {
+                    c.metadata
+                        .annotations
+                        .as_ref()?
+                        .get(labels::HEADROOM_UNTIL_ANNOTATION)
+                })
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                 .map(|t| t.as_second());
             let drifted = claim.and_then(|c| {

@@ -306,7 +306,10 @@ fn merge_at(target: &mut Value, applied: &Value, field: Option<&str>) {
 
 /// `status` merged into `current` ([`merge_applied`]); `current` unchanged when either
 /// does not round-trip through JSON (plain API types always do).
-fn merged<T: serde::Serialize + serde::de::DeserializeOwned + Clone>(current: &T, applied: &T) -> T {
+fn merged<T: serde::Serialize + serde::de::DeserializeOwned + Clone>(
+    current: &T,
+    applied: &T,
+) -> T {
     let (Ok(mut target), Ok(applied_json)) =
         (serde_json::to_value(current), serde_json::to_value(applied))
     else {
@@ -399,7 +402,11 @@ impl Objects {
 
     /// Calls the admission webhook's decision on every pod created from now on, as the API
     /// server calls a mutating webhook.
-    pub fn serve_webhook(&mut self, stores: crate::webhook::Stores, settings: crate::webhook::Settings) {
+    pub fn serve_webhook(
+        &mut self,
+        stores: crate::webhook::Stores,
+        settings: crate::webhook::Settings,
+    ) {
         self.webhook = Some((stores, settings));
     }
 
@@ -534,9 +541,14 @@ impl Objects {
                 let p = &self.pods[k];
                 let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
                 let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                (bound, std::cmp::Reverse(created), std::cmp::Reverse(k.clone()))
+                (
+                    bound,
+                    std::cmp::Reverse(created),
+                    std::cmp::Reverse(k.clone()),
+                )
             });
-            for k in have[..have.len() - want].to_vec() {
+            let excess = have.len() - want;
+            for k in have.drain(..excess) {
                 self.remove_pod(&k, Gone::ScaledDown);
             }
         } else {
@@ -568,14 +580,21 @@ impl Objects {
             .values()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
             .filter(|n| {
-                let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+                let taints = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.clone())
+                    .unwrap_or_default();
                 crate::scheduling::taints::untolerated(&taints, &tolerations, false).is_none()
             })
             .map(|n| n.name_any())
             .collect();
         let mut covered = BTreeSet::new();
         for k in self.pods_of(w) {
-            let node = self.pods[&k].spec.as_ref().and_then(|s| s.node_name.clone());
+            let node = self.pods[&k]
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone());
             match node {
                 Some(n) if nodes.contains(&n) => {
                     covered.insert(n);
@@ -818,7 +837,11 @@ impl Objects {
                 daemon_sets: Vec::new(),
             };
             let plan = scheduling::schedule(&input, &options);
-            if plan.existing_nodes.iter().any(|e| e.pods.contains(&info.key)) {
+            if plan
+                .existing_nodes
+                .iter()
+                .any(|e| e.pods.contains(&info.key))
+            {
                 let mut placed = info;
                 placed.node_name = Some(nodes[i].name.clone());
                 bound.push((k.clone(), nodes[i].name.clone()));
@@ -1131,7 +1154,13 @@ impl Objects {
     }
 
     fn allocatable_of(&self, node: &str) -> Option<(i64, i64)> {
-        let a = self.nodes.get(node)?.status.as_ref()?.allocatable.as_ref()?;
+        let a = self
+            .nodes
+            .get(node)?
+            .status
+            .as_ref()?
+            .allocatable
+            .as_ref()?;
         let cpu = crate::model::quantity::parse_milli(&a.get("cpu")?.0).ok()?;
         let memory = crate::model::quantity::parse_value(&a.get("memory")?.0).ok()?;
         Some((cpu, memory))
@@ -1148,7 +1177,10 @@ impl Objects {
         };
         let resized = with_resources(&pod, &resize.containers);
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let verdict = match node.as_deref().and_then(|n| Some((n, self.allocatable_of(n)?))) {
+        let verdict = match node
+            .as_deref()
+            .and_then(|n| Some((n, self.allocatable_of(n)?)))
+        {
             // A pod not on a node yet takes the new requests at once.
             None => None,
             Some((node, (cpu, memory))) => {
@@ -1184,7 +1216,10 @@ impl Objects {
             .get_or_insert_with(PodStatus::default)
             .conditions
             .get_or_insert_with(Vec::new);
-        let before = conditions.iter().find(|c| c.type_ == "PodResizePending").cloned();
+        let before = conditions
+            .iter()
+            .find(|c| c.type_ == "PodResizePending")
+            .cloned();
         conditions.retain(|c| c.type_ != "PodResizePending");
         if let Some(reason) = verdict {
             // The transition time stays while the reason does.
@@ -1196,7 +1231,9 @@ impl Objects {
                 type_: "PodResizePending".to_string(),
                 status: "True".to_string(),
                 reason: Some(reason.to_string()),
-                message: Some(format!("the node has no room for the new requests ({reason})")),
+                message: Some(format!(
+                    "the node has no room for the new requests ({reason})"
+                )),
                 last_transition_time: Some(since),
                 ..PodCondition::default()
             });
@@ -1233,10 +1270,7 @@ impl Objects {
                 continue;
             }
             let Some(spec) = &pdb.spec else { continue };
-            let Some(selector) = spec
-                .selector
-                .as_ref()
-                .and_then(|s| s.match_labels.as_ref())
+            let Some(selector) = spec.selector.as_ref().and_then(|s| s.match_labels.as_ref())
             else {
                 continue;
             };
@@ -1253,14 +1287,23 @@ impl Objects {
             let healthy = matching
                 .iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .filter(|p| condition_true(p.status.as_ref().and_then(|s| s.conditions.as_ref()), "Ready"))
+                .filter(|p| {
+                    condition_true(
+                        p.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        "Ready",
+                    )
+                })
                 .count() as i64;
             let count = |v: &IntOrString, round_up: bool| match v {
                 IntOrString::Int(n) => i64::from(*n),
                 IntOrString::String(s) => {
                     let pct: f64 = s.trim_end_matches('%').parse().unwrap_or(0.0);
                     let x = pct / 100.0 * expected as f64;
-                    if round_up { x.ceil() as i64 } else { x.floor() as i64 }
+                    if round_up {
+                        x.ceil() as i64
+                    } else {
+                        x.floor() as i64
+                    }
                 }
             };
             let allowed = match (&spec.min_available, &spec.max_unavailable) {
@@ -1282,9 +1325,10 @@ impl Objects {
     fn eviction_cause(&self, pod: &Pod) -> Gone {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         let claim = node.and_then(|n| {
-            self.node_claims
-                .values()
-                .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.as_str()) || c.name_any() == n)
+            self.node_claims.values().find(|c| {
+                c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.as_str())
+                    || c.name_any() == n
+            })
         });
         match claim {
             Some(c) if c.metadata.deletion_timestamp.is_some() => {
@@ -1357,6 +1401,17 @@ fn not_found_is_fine(found: bool) -> Result<()> {
     Ok(())
 }
 
+/// A server-side apply's merge of a map field: the applied keys over the existing ones, and
+/// still no map when neither has a key (so applying the same object again is no change).
+fn joined(
+    existing: &Option<BTreeMap<String, String>>,
+    applied: &Option<BTreeMap<String, String>>,
+) -> Option<BTreeMap<String, String>> {
+    let mut map = existing.clone().unwrap_or_default();
+    map.extend(applied.clone().unwrap_or_default());
+    (!map.is_empty() || existing.is_some()).then_some(map)
+}
+
 #[async_trait]
 impl ClusterApi for SimCluster {
     async fn ensure_secret(
@@ -1391,20 +1446,9 @@ impl ClusterApi for SimCluster {
         let mut object = match o.node_claims.get(&name) {
             Some(existing) => {
                 let mut e = existing.clone();
-                e.metadata.labels = Some(
-                    e.labels()
-                        .clone()
-                        .into_iter()
-                        .chain(claim.labels().clone())
-                        .collect(),
-                );
-                e.metadata.annotations = Some(
-                    e.annotations()
-                        .clone()
-                        .into_iter()
-                        .chain(claim.annotations().clone())
-                        .collect(),
-                );
+                e.metadata.labels = joined(&e.metadata.labels, &claim.metadata.labels);
+                e.metadata.annotations =
+                    joined(&e.metadata.annotations, &claim.metadata.annotations);
                 e.metadata.finalizers = claim.metadata.finalizers.clone();
                 e.metadata.owner_references = claim.metadata.owner_references.clone();
                 e.spec = claim.spec.clone();
@@ -1427,16 +1471,16 @@ impl ClusterApi for SimCluster {
             .annotations()
             .get(crate::controllers::disruption::REPLACES_ANNOTATION)
         {
-            o.commands.entry(id.clone()).or_default().replacements.insert(name);
+            o.commands
+                .entry(id.clone())
+                .or_default()
+                .replacements
+                .insert(name);
         }
         Ok(o.put(object))
     }
 
-    async fn label_node_claim(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<()> {
+    async fn label_node_claim(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
         let mut o = self.lock();
         let Some(mut claim) = o.node_claims.get(name).cloned() else {
             return Err(WriteError::Refused {
@@ -1471,8 +1515,7 @@ impl ClusterApi for SimCluster {
         key: &str,
     ) -> Result<Option<String>> {
         let o = self.lock();
-        Ok(o
-            .config_maps
+        Ok(o.config_maps
             .get(&(namespace.to_string(), name.to_string()))
             .and_then(|d| d.get(key).cloned()))
     }
@@ -1580,8 +1623,13 @@ impl ClusterApi for SimCluster {
         let Some(mut claim) = o.node_claims.get(name).cloned() else {
             return Ok(());
         };
-        if let Some(Some(id)) = annotations.get(crate::controllers::disruption::COMMAND_ANNOTATION) {
-            o.commands.entry(id.clone()).or_default().old.insert(name.to_string());
+        if let Some(Some(id)) = annotations.get(crate::controllers::disruption::COMMAND_ANNOTATION)
+        {
+            o.commands
+                .entry(id.clone())
+                .or_default()
+                .old
+                .insert(name.to_string());
         }
         let a = claim.annotations_mut();
         for (k, v) in annotations {
@@ -1693,8 +1741,9 @@ impl ClusterApi for SimCluster {
         let Some(mut pod) = o.pods.get(&key).cloned() else {
             return Ok(());
         };
-        pod.status.get_or_insert_with(PodStatus::default).nominated_node_name =
-            Some(node.to_string());
+        pod.status
+            .get_or_insert_with(PodStatus::default)
+            .nominated_node_name = Some(node.to_string());
         o.put(pod);
         o.schedule_due = true;
         Ok(())
@@ -1715,7 +1764,8 @@ impl ClusterApi for SimCluster {
         );
         let Some(w) = o.controllers.iter().position(|c| {
             c.namespace == ns
-                && (c.owner == name || (c.kind == "ReplicaSet" && c.owner.starts_with(&format!("{name}-"))))
+                && (c.owner == name
+                    || (c.kind == "ReplicaSet" && c.owner.starts_with(&format!("{name}-"))))
                 && (c.kind == kind || (kind == "Deployment" && c.kind == "ReplicaSet"))
         }) else {
             return Ok(());
@@ -1772,5 +1822,293 @@ fn merge_by_name(target: &mut Value, applied: &Value) {
         if let Some(existing) = t.iter_mut().find(|x| x.get("name") == item.get("name")) {
             merge_applied(existing, item);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::controllers::State;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).expect("valid")
+    }
+
+    fn cluster() -> (SimCluster, State, VirtualClock) {
+        let clock = VirtualClock::new(t(0));
+        let (state, feed) = State::in_memory();
+        let c = SimCluster::new(feed, Arc::new(clock.clone()), 7);
+        c.lock().synced();
+        (c, state, clock)
+    }
+
+    fn node(name: &str, cpu: &str, memory: &str, taints: serde_json::Value) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {"providerID": format!("sim://{name}"), "taints": taints},
+            "status": {
+                "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }))
+        .expect("a node")
+    }
+
+    fn template(cpu: &str, memory: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{
+                "name": "app",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+            }]},
+        }))
+        .expect("a template")
+    }
+
+    fn web(o: &mut Objects, kind: &'static str, cpu: &str, memory: &str) -> usize {
+        let owner = ObjectMeta {
+            name: Some("web-5c4d9b8f7".to_string()),
+            namespace: Some("shop".to_string()),
+            uid: Some("rs-uid".to_string()),
+            ..ObjectMeta::default()
+        };
+        o.add_controller(Controller::new(kind, &owner, template(cpu, memory), 0))
+    }
+
+    fn bound(o: &Objects) -> BTreeMap<String, Option<String>> {
+        o.pods
+            .iter()
+            .map(|(k, p)| (k.clone(), p.spec.as_ref().and_then(|s| s.node_name.clone())))
+            .collect()
+    }
+
+    #[test]
+    fn applied_status_merges_conditions_by_type_and_keeps_what_it_leaves_out() {
+        let current = NodeClaimStatus {
+            provider_id: Some("azure:///vm/a".to_string()),
+            conditions: vec![
+                crate::controllers::nodeclaim::condition("Launched", true, "Launched", "", t(0)),
+                crate::controllers::nodeclaim::condition("Registered", false, "Waiting", "", t(0)),
+            ],
+            ..NodeClaimStatus::default()
+        };
+        let applied = NodeClaimStatus {
+            node_name: Some("a".to_string()),
+            conditions: vec![crate::controllers::nodeclaim::condition(
+                "Registered",
+                true,
+                "Registered",
+                "",
+                t(5),
+            )],
+            ..NodeClaimStatus::default()
+        };
+        let m = merged(&current, &applied);
+        assert_eq!(
+            m.provider_id.as_deref(),
+            Some("azure:///vm/a"),
+            "left alone"
+        );
+        assert_eq!(m.node_name.as_deref(), Some("a"));
+        let kinds: Vec<(&str, &str)> = m
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(kinds, [("Launched", "True"), ("Registered", "True")]);
+    }
+
+    #[tokio::test]
+    async fn a_claim_with_a_finalizer_goes_only_when_it_is_lifted_and_only_from_the_version_read() {
+        let (c, state, _) = cluster();
+        let claim: NodeClaim = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: NodeClaim\nmetadata: {name: a, finalizers: [tailor.sh/termination]}\nspec:\n  nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n",
+        )
+        .expect("a claim");
+        c.apply_node_claim(&claim).await.expect("created");
+        c.delete_node_claim("a").await.expect("deleted");
+        let marked = c.lock().node_claims.get("a").cloned().expect("still there");
+        assert!(marked.metadata.deletion_timestamp.is_some());
+        // A stale copy cannot lift the finalizer.
+        let stale = claim.clone();
+        assert!(matches!(
+            c.remove_node_claim_finalizer(&stale, labels::TERMINATION_FINALIZER)
+                .await,
+            Err(WriteError::Conflict { .. })
+        ));
+        assert!(c.lock().node_claims.contains_key("a"));
+        c.remove_node_claim_finalizer(&marked, labels::TERMINATION_FINALIZER)
+            .await
+            .expect("lifted");
+        assert!(!c.lock().node_claims.contains_key("a"));
+        assert!(
+            state.node_claims.state().is_empty(),
+            "the store shows it gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_that_changes_nothing_is_no_change() {
+        let (c, state, _) = cluster();
+        let claim: NodeClaim = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: NodeClaim\nmetadata: {name: a}\nspec:\n  nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n",
+        )
+        .expect("a claim");
+        c.apply_node_claim(&claim).await.expect("created");
+        let before = state.generation();
+        let version = c.lock().node_claims["a"].metadata.resource_version.clone();
+        c.apply_node_claim(&claim).await.expect("applied again");
+        assert_eq!(state.generation(), before);
+        assert_eq!(c.lock().node_claims["a"].metadata.resource_version, version);
+        c.label_node_claim("a", &BTreeMap::from([("x".to_string(), "1".to_string())]))
+            .await
+            .expect("labelled");
+        assert_eq!(state.generation(), before + 1, "a real change is shown");
+    }
+
+    #[test]
+    fn the_scheduler_binds_where_pods_fit_a_nomination_first_and_marks_the_rest() {
+        let (c, _, _) = cluster();
+        let mut o = c.lock();
+        o.put(node("a", "2", "4Gi", serde_json::json!([])));
+        o.put(node("b", "2", "4Gi", serde_json::json!([])));
+        o.put(node(
+            "tainted",
+            "16",
+            "64Gi",
+            serde_json::json!([{"key": "tailor.sh/disrupted", "effect": "NoSchedule"}]),
+        ));
+        let w = web(&mut o, "ReplicaSet", "1500m", "1Gi");
+        o.scale(w, 3);
+        // Nominate the last pod to b: it goes there even though a comes first by name.
+        let last = o.pods.keys().next_back().cloned().expect("a pod");
+        if let Some(p) = o.pods.get(&last).cloned() {
+            let mut p = p;
+            p.status
+                .get_or_insert_with(PodStatus::default)
+                .nominated_node_name = Some("b".to_string());
+            o.put(p);
+        }
+        o.schedule();
+        let placed = bound(&o);
+        assert_eq!(placed[&last].as_deref(), Some("b"));
+        let on = |n: &str| placed.values().filter(|x| x.as_deref() == Some(n)).count();
+        assert_eq!((on("a"), on("b"), on("tainted")), (1, 1, 0), "{placed:?}");
+        let pending: Vec<&Pod> = o
+            .pods
+            .values()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+            .collect();
+        assert_eq!(pending.len(), 1);
+        assert!(crate::controllers::provisioning::is_provisionable(
+            pending[0]
+        ));
+        // Bound pods run.
+        let running = o
+            .pods
+            .values()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        assert_eq!(running, 2);
+    }
+
+    #[tokio::test]
+    async fn an_eviction_a_budget_forbids_is_refused_and_an_allowed_one_is_replaced() {
+        let (c, _, _) = cluster();
+        {
+            let mut o = c.lock();
+            o.put(node("a", "8", "16Gi", serde_json::json!([])));
+            let w = web(&mut o, "ReplicaSet", "500m", "512Mi");
+            o.scale(w, 2);
+            o.schedule();
+            o.put::<PodDisruptionBudget>(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "web", "namespace": "shop"},
+                    "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+                }))
+                .expect("a pdb"),
+            );
+        }
+        let first = c.lock().pods.values().next().cloned().expect("a pod");
+        assert!(matches!(
+            c.evict(&first).await,
+            Err(WriteError::EvictionRefused { .. })
+        ));
+        assert_eq!(c.lock().pods.len(), 2);
+        c.lock().pdbs.clear();
+        let before: BTreeSet<String> = c.lock().pods.keys().cloned().collect();
+        c.evict(&first).await.expect("evicted");
+        let o = c.lock();
+        let after: BTreeSet<String> = o.pods.keys().cloned().collect();
+        assert_eq!(after.len(), 2, "the ReplicaSet replaced it");
+        assert!(!after.contains(&pod_key(&first)));
+        assert_eq!(after.difference(&before).count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_resize_is_made_with_room_deferred_without_and_infeasible_past_the_node() {
+        let (c, _, _) = cluster();
+        let keys = {
+            let mut o = c.lock();
+            o.put(node("a", "4", "8Gi", serde_json::json!([])));
+            let w = web(&mut o, "ReplicaSet", "1", "1Gi");
+            o.scale(w, 2);
+            o.schedule();
+            o.pods.keys().cloned().collect::<Vec<_>>()
+        };
+        let resize = |pod: &str, cpu: &str| Resize {
+            namespace: "shop".to_string(),
+            pod: pod.rsplit('/').next().unwrap_or_default().to_string(),
+            containers: vec![crate::actuation::ContainerResize {
+                name: "app".to_string(),
+                requests: BTreeMap::from([("cpu".to_string(), Quantity(cpu.to_string()))]),
+                limits: BTreeMap::new(),
+            }],
+        };
+        let pending = |c: &SimCluster, k: &str| {
+            c.lock().pods[k]
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodResizePending"))
+                .and_then(|c| c.reason.clone())
+        };
+        // 1 + 2 cores on a 4-core node: made.
+        c.resize_pod(&resize(&keys[0], "2")).await.expect("asked");
+        assert_eq!(pod_requests(&c.lock().pods[&keys[0]]).0, 2000);
+        assert_eq!(pending(&c, &keys[0]), None);
+        // 2 + 3 cores: no room now.
+        c.resize_pod(&resize(&keys[1], "3")).await.expect("asked");
+        assert_eq!(pod_requests(&c.lock().pods[&keys[1]]).0, 1000, "unchanged");
+        assert_eq!(pending(&c, &keys[1]).as_deref(), Some("Deferred"));
+        // Room frees (the first pod is sized down): the kubelet makes it.
+        c.resize_pod(&resize(&keys[0], "500m"))
+            .await
+            .expect("asked");
+        c.lock().retry_deferred_resizes();
+        assert_eq!(pod_requests(&c.lock().pods[&keys[1]]).0, 3000);
+        assert_eq!(pending(&c, &keys[1]), None);
+        // More than the node has: infeasible, and the pod keeps its size.
+        c.resize_pod(&resize(&keys[0], "6")).await.expect("asked");
+        assert_eq!(pending(&c, &keys[0]).as_deref(), Some("Infeasible"));
+        assert_eq!(pod_requests(&c.lock().pods[&keys[0]]).0, 500);
+    }
+
+    #[test]
+    fn daemon_set_pods_come_to_registered_nodes_and_not_to_tainted_ones() {
+        let (c, _, _) = cluster();
+        let mut o = c.lock();
+        o.put(node("ready", "4", "8Gi", serde_json::json!([])));
+        o.put(node(
+            "booting",
+            "4",
+            "8Gi",
+            serde_json::json!([{"key": labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}]),
+        ));
+        let w = web(&mut o, "DaemonSet", "100m", "128Mi");
+        o.scale(w, 0);
+        let placed: Vec<Option<String>> = bound(&o).into_values().collect();
+        assert_eq!(placed, [Some("ready".to_string())]);
     }
 }

@@ -151,7 +151,9 @@ impl Shared {
     /// The recorded usage, locked (never across an await).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
         // Plain data, each change made whole under the lock.
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -20,7 +20,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::cluster::{Controller, Gone, Happening, Objects, SimCluster, memory_limit, pod_requests};
+use super::cluster::{
+    Controller, Gone, Happening, Objects, SimCluster, memory_limit, pod_requests,
+};
 use super::scenario::{Kind, Scenario};
 use super::usage::{Recorded, Shared};
 use crate::apis::recommendation::condition as recommendation_condition;
@@ -220,8 +222,8 @@ pub struct RunSummary {
     /// Recommendations applied over the run (autonomous: a workload's pods taking a new
     /// size), or actionable and not applied at the end (recommend-only).
     pub recommendations: usize,
-    /// Disruption decisions carried out (autonomous), or reported in the last ten
-    /// minutes (recommend-only: the agent's `WouldDisrupt` Events).
+    /// Disruption decisions carried out (autonomous), or reported at the end
+    /// (recommend-only: the agent's `WouldDisrupt` Events of its last reports).
     pub decisions: usize,
     /// Decisions carried out, by method (`empty`, `single`, `multi`, `drift`,
     /// `expiration`).
@@ -240,10 +242,15 @@ pub struct RunSummary {
     pub consolidation_realised_savings: f64,
     /// Pods evicted by Tailor's choice: to disrupt a node, or to come back right-sized
     /// (drains before a spot reclaim are counted as spot interruptions, and a DaemonSet's
-    /// pod, which goes with its node rather than moving, is not counted).
+    /// pod, which goes with its node rather than moving, is not counted; both are in
+    /// `evictions_by_cause`).
     pub pods_evicted: usize,
-    /// Evictions by why: `disruption`, `rightsizing`, `spot-reclaim`.
+    /// Every eviction the cluster served, by why: `disruption` and `rightsizing` (the
+    /// ones counted in `pods_evicted`), `spot-reclaim` (drained before Azure reclaims the
+    /// VM) and `daemonset` (a DaemonSet's pod on a node being drained).
     pub evictions_by_cause: BTreeMap<String, usize>,
+    /// Running pods resized in place (no restart) to their recommendation.
+    pub resized_in_place: usize,
     /// OOM kills.
     pub oom_kills: u64,
     /// Median seconds from pending to running.
@@ -314,12 +321,7 @@ fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
 }
 
 /// A NodePool of general-purpose D and E sizes (v5/v6, amd64) of one capacity type.
-fn node_pool(
-    name: &str,
-    capacity_type: &str,
-    weight: i32,
-    settings: &RunSettings,
-) -> NodePool {
+fn node_pool(name: &str, capacity_type: &str, weight: i32, settings: &RunSettings) -> NodePool {
     let mut annotations = serde_json::Map::new();
     if settings.mode == Mode::RecommendOnly {
         // Tailor provisions the pool; its consolidation is reported only.
@@ -418,7 +420,8 @@ fn template(w: &super::scenario::Workload) -> serde_json::Value {
 /// controller; returns the workload's index.
 fn add_workload(o: &mut Objects, w: &super::scenario::Workload) -> usize {
     let t = template(w);
-    let meta = |name: &str| json!({"name": name, "namespace": w.namespace, "labels": {"app": w.name}});
+    let meta =
+        |name: &str| json!({"name": name, "namespace": w.namespace, "labels": {"app": w.name}});
     let selector = json!({"matchLabels": {"app": w.name}});
     let pod: Pod = object(json!({"metadata": t["metadata"], "spec": t["spec"]}));
     let controller = match w.kind {
@@ -516,7 +519,10 @@ async fn control_plane(
             for p in lost {
                 o.vm_gone(&p);
             }
-            for i in instances.iter().filter(|i| i.state == InstanceState::Running) {
+            for i in instances
+                .iter()
+                .filter(|i| i.state == InstanceState::Running)
+            {
                 let Some(size) = sizes.get(&i.instance_type) else {
                     continue;
                 };
@@ -526,7 +532,7 @@ async fn control_plane(
                 o.join(i, size);
                 if i.capacity_type == CapacityType::Spot {
                     let h = hash(&i.claim);
-                    if h % 4 == 0 {
+                    if h.is_multiple_of(4) {
                         let at = now + 3600 + (h / 4 % 36_000) as i64;
                         if let Ok(t) = Timestamp::from_second(at) {
                             cloud.schedule_spot_interruption(&i.provider_id, t);
@@ -548,7 +554,11 @@ async fn control_plane(
             .iter()
             .filter(|i| i.state == InstanceState::Launching)
             .map(|i| i.created_at.as_second() + launch_latency)
-            .chain(notices.iter().flat_map(|(at, _)| [*at, *at + SPOT_NOTICE.as_secs()]))
+            .chain(
+                notices
+                    .iter()
+                    .flat_map(|(at, _)| [*at, *at + SPOT_NOTICE.as_secs()]),
+            )
             .filter(|t| *t > now)
             .min();
         let wait = next.map_or(CONTROL_PLANE_EVERY, |t| {
@@ -582,6 +592,8 @@ struct Figures {
     done: Vec<f64>,
     /// Decisions carried out, by method.
     methods: BTreeMap<String, usize>,
+    /// Running pods the kubelet resized in place.
+    resized_in_place: usize,
     /// NodeClaims the agent created, by why.
     claims_by_origin: BTreeMap<&'static str, usize>,
     credit_per_hour: f64,
@@ -627,13 +639,17 @@ impl Figures {
                     replaces,
                 } => {
                     let job = scenario.workloads[workload].kind == Kind::Job;
-                    self.pending.insert(pod.clone(), (at, Self::cause(replaces, job)));
+                    self.pending
+                        .insert(pod.clone(), (at, Self::cause(replaces, job)));
                     self.size_seen(workload, o.pods.get(&pod), applies);
                 }
                 Happening::PodStarted { pod, node } => {
                     if let Some((since, cause)) = self.pending.remove(&pod) {
                         self.count_pending(since, at, cause);
-                        if since >= self.start && o.workload_of(&pod).is_some_and(|w| scenario.workloads[w].kind != Kind::DaemonSet) {
+                        if since >= self.start
+                            && o.workload_of(&pod)
+                                .is_some_and(|w| scenario.workloads[w].kind != Kind::DaemonSet)
+                        {
                             self.latencies.push((at - since) as f64);
                             if let Some(m) = metrics {
                                 let pool = o
@@ -650,23 +666,30 @@ impl Figures {
                     if let Some((since, cause)) = self.pending.remove(&pod) {
                         self.count_pending(since, at, cause);
                     }
-                    // A DaemonSet's pod evicted from a node going away is not moved
-                    // anywhere: it goes with its node, and no pod waits for it.
-                    if at < self.start || scenario.workloads[workload].kind == Kind::DaemonSet {
+                    if at < self.start {
                         continue;
                     }
+                    // A DaemonSet's pod evicted from a node going away is not moved
+                    // anywhere: it goes with its node, and no pod waits for it.
+                    let daemon = scenario.workloads[workload].kind == Kind::DaemonSet;
                     let cause = match why {
+                        Gone::EvictedByDisruption | Gone::EvictedBeforeReclaim if daemon => {
+                            "daemonset"
+                        }
                         Gone::EvictedByDisruption => "disruption",
                         Gone::EvictedToResize => "rightsizing",
                         Gone::EvictedBeforeReclaim => "spot-reclaim",
                         _ => continue,
                     };
                     *self.evictions.entry(cause).or_default() += 1;
-                    if why != Gone::EvictedBeforeReclaim {
+                    if matches!(cause, "disruption" | "rightsizing") {
                         self.evicted_by_workload[workload] += 1;
                     }
                 }
                 Happening::Resized { pod } => {
+                    if at >= self.start {
+                        self.resized_in_place += 1;
+                    }
                     if let Some(w) = o.workload_of(&pod) {
                         self.size_seen(w, o.pods.get(&pod), applies);
                     }
@@ -676,7 +699,8 @@ impl Figures {
                         continue;
                     }
                     let a = claim.annotations();
-                    let why = if a.contains_key(crate::controllers::disruption::REPLACES_ANNOTATION) {
+                    let why = if a.contains_key(crate::controllers::disruption::REPLACES_ANNOTATION)
+                    {
                         "replacement"
                     } else if a.contains_key(labels::HEADROOM_ANNOTATION) {
                         "headroom"
@@ -684,9 +708,6 @@ impl Figures {
                         "pending-pods"
                     };
                     *self.claims_by_origin.entry(why).or_default() += 1;
-                    if std::env::var("TAILOR_SIM_DEBUG").is_ok() {
-                        eprintln!("CREATE {:.2} {} {} {:?}", (at - self.start) as f64 / 3600.0, claim.name_any(), why, claim.spec.requirements.iter().find(|r| r.key == labels::INSTANCE_TYPE).map(|r| r.values.first().cloned()));
-                    }
                 }
                 Happening::Preempted { .. } => {
                     if at >= self.start {
@@ -695,9 +716,6 @@ impl Figures {
                 }
                 Happening::ClaimGone { claim } => {
                     let name = claim.name_any();
-                    if std::env::var("TAILOR_SIM_DEBUG").is_ok() && at >= self.start {
-                        eprintln!("GONE {:.2} {} {:?} age {:.2}h", (at - self.start) as f64 / 3600.0, name, claim.annotations().get(labels::TERMINATION_REASON_ANNOTATION), (at - claim.metadata.creation_timestamp.as_ref().map_or(at, |t| t.0.as_second())) as f64 / 3600.0);
-                    }
                     let Some(id) = claim
                         .annotations()
                         .get(crate::controllers::disruption::COMMAND_ANNOTATION)
@@ -758,6 +776,14 @@ impl Figures {
             .map_or(0.0, |o| o.price_per_hour)
     }
 
+    /// Pods evicted by Tailor's choice: to disrupt nodes, or to come back right-sized.
+    fn tailors_evictions(&self) -> usize {
+        ["disruption", "rightsizing"]
+            .iter()
+            .filter_map(|c| self.evictions.get(c))
+            .sum()
+    }
+
     /// A pod of workload `w` took a size: a new size applied, when it differs.
     fn size_seen(&mut self, w: usize, pod: Option<&Pod>, applies: bool) {
         let Some(pod) = pod else { return };
@@ -769,7 +795,6 @@ impl Figures {
             }
         }
     }
-
 }
 
 /// Runs `scenario` in one mode on a paused runtime of its own (its clock is virtual);
@@ -830,9 +855,18 @@ async fn run_paused(
         let mut o = cluster.lock();
         o.put(node_class());
         o.put(node_pool("spot", labels::CAPACITY_TYPE_SPOT, 10, settings));
-        o.put(node_pool("default", labels::CAPACITY_TYPE_ON_DEMAND, 0, settings));
+        o.put(node_pool(
+            "default",
+            labels::CAPACITY_TYPE_ON_DEMAND,
+            0,
+            settings,
+        ));
         o.put(policy(settings));
-        let indices = scenario.workloads.iter().map(|w| add_workload(&mut o, w)).collect();
+        let indices = scenario
+            .workloads
+            .iter()
+            .map(|w| add_workload(&mut o, w))
+            .collect();
         o.serve_webhook(
             crate::webhook::Stores::of(&state, AGENT_NAMESPACE),
             crate::webhook::Settings {
@@ -866,7 +900,7 @@ async fn run_paused(
         demand: std::sync::Mutex::new(
             disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
         ),
-        names: Names::seeded(scenario.start as u64 ^ 0x7a11_0a),
+        names: Names::seeded(scenario.start as u64 ^ 0x007a_110a),
         rightsizing: true,
     });
     let mut tasks = tokio::task::JoinSet::new();
@@ -913,6 +947,7 @@ async fn run_paused(
             .collect(),
         done: Vec::new(),
         methods: BTreeMap::new(),
+        resized_in_place: 0,
         claims_by_origin: BTreeMap::new(),
         credit_per_hour: 0.0,
         realised: 0.0,
@@ -943,9 +978,17 @@ async fn run_paused(
         // launches fall back to the next candidates.
         for zone in ["eastus-1", "eastus-2", "eastus-3"] {
             if since == scenario.capacity_outage.0 {
-                cloud.inject_no_capacity(scenario.capacity_outage_type, zone, CapacityType::OnDemand);
+                cloud.inject_no_capacity(
+                    scenario.capacity_outage_type,
+                    zone,
+                    CapacityType::OnDemand,
+                );
             } else if since == scenario.capacity_outage.1 {
-                cloud.clear_no_capacity(scenario.capacity_outage_type, zone, CapacityType::OnDemand);
+                cloud.clear_no_capacity(
+                    scenario.capacity_outage_type,
+                    zone,
+                    CapacityType::OnDemand,
+                );
             }
         }
         let instances: Vec<Instance> = cloud.list().await.unwrap_or_default();
@@ -973,7 +1016,13 @@ async fn run_paused(
         }
         last_used = use_step(&mut o, scenario, &usage, now, &mut figures, metrics);
         let happenings = o.take_happenings();
-        figures.observe(happenings, &o, scenario, metrics, settings.applies_rightsizing());
+        figures.observe(
+            happenings,
+            &o,
+            scenario,
+            metrics,
+            settings.applies_rightsizing(),
+        );
         // Consolidation's realised saving: the decisions done, until provisioning buys
         // that much capacity again.
         let replaces_key = crate::controllers::disruption::REPLACES_ANNOTATION;
@@ -1009,13 +1058,23 @@ async fn run_paused(
     }
     let mut o = cluster.lock();
     let happenings = o.take_happenings();
-    figures.observe(happenings, &o, scenario, metrics, settings.applies_rightsizing());
+    figures.observe(
+        happenings,
+        &o,
+        scenario,
+        metrics,
+        settings.applies_rightsizing(),
+    );
     samples.push(sample(&o, &cloud, now, last_used.0, last_used.1, &figures));
     progress(1.0);
     for (_, (since, cause)) in std::mem::take(&mut figures.pending) {
         figures.count_pending(since, now, cause);
     }
-    let first_sample = samples.get(1).or(samples.first()).cloned().unwrap_or_default();
+    let first_sample = samples
+        .get(1)
+        .or(samples.first())
+        .cloned()
+        .unwrap_or_default();
     let last = samples.last().cloned().unwrap_or_default();
     let (decisions, savings) = if settings.mode == Mode::Autonomous {
         (figures.done.len(), figures.done.iter().sum())
@@ -1029,18 +1088,16 @@ async fn run_paused(
             .values()
             .filter(|r| {
                 r.status.as_ref().is_some_and(|s| {
-                    crate::apis::is_condition_true(&s.conditions, recommendation_condition::ACTIONABLE)
+                    crate::apis::is_condition_true(
+                        &s.conditions,
+                        recommendation_condition::ACTIONABLE,
+                    )
                 })
             })
             .count()
     };
     let mut latencies = figures.latencies.clone();
-    let pods_evicted = figures
-        .evictions
-        .iter()
-        .filter(|(cause, _)| **cause != "spot-reclaim")
-        .map(|(_, n)| n)
-        .sum();
+    let pods_evicted = figures.tailors_evictions();
     let summary = RunSummary {
         nodes_start: first_sample.nodes_by_type.values().sum(),
         nodes_end: last.nodes_by_type.values().sum(),
@@ -1065,6 +1122,7 @@ async fn run_paused(
         consolidation_savings_per_hour: savings,
         consolidation_realised_savings: figures.realised,
         pods_evicted,
+        resized_in_place: figures.resized_in_place,
         evictions_by_cause: figures
             .evictions
             .iter()
@@ -1171,7 +1229,14 @@ fn use_step(
         let Some(allocatable) = o
             .nodes
             .get(&node)
-            .and_then(|n| n.status.as_ref()?.allocatable.as_ref()?.get("memory").cloned())
+            .and_then(|n| {
+                n.status
+                    .as_ref()?
+                    .allocatable
+                    .as_ref()?
+                    .get("memory")
+                    .cloned()
+            })
             .and_then(|q| crate::model::quantity::parse_value(&q.0).ok())
         else {
             continue;
@@ -1221,18 +1286,25 @@ fn checkpoints_until(o: &Objects) -> Option<i64> {
         .min()
 }
 
-/// The decisions a recommend-only run's agent reported in its last ten minutes
-/// (`WouldDisrupt` Events on the NodePools), and their $/hour.
+/// How far back a recommend-only run's last reports are read: the agent reports a standing
+/// decision again every ten minutes, at its next look (at most five minutes later while
+/// the cluster stays consolidated).
+const REPORTED_WITHIN: i64 = 15 * 60;
+
+/// The decisions a recommend-only run's agent reported at the end (`WouldDisrupt` Events on
+/// the NodePools within [`REPORTED_WITHIN`], one per decision), and their $/hour.
 fn reported_decisions(o: &Objects, now: i64) -> (usize, f64) {
-    if std::env::var("TAILOR_SIM_DEBUG").is_ok() {
-        let last: Vec<i64> = o.events.iter().filter(|e| e.reason == "WouldDisrupt").map(|e| now - e.at.as_second()).collect();
-        eprintln!("WouldDisrupt ages: {:?}", &last[last.len().saturating_sub(20)..]);
-    }
-    let recent: Vec<&super::cluster::RecordedEvent> = o
+    let mut latest: BTreeMap<&str, &super::cluster::RecordedEvent> = BTreeMap::new();
+    for e in o
         .events
         .iter()
-        .filter(|e| e.reason == "WouldDisrupt" && now - e.at.as_second() <= 600)
-        .collect();
+        .filter(|e| e.reason == "WouldDisrupt" && now - e.at.as_second() <= REPORTED_WITHIN)
+    {
+        // The note names the method and the nodes: one entry per decision.
+        let decision = e.note.split(" saving ").next().unwrap_or(&e.note);
+        latest.insert(decision, e);
+    }
+    let recent: Vec<&super::cluster::RecordedEvent> = latest.into_values().collect();
     let savings = recent
         .iter()
         .filter_map(|e| {
@@ -1263,7 +1335,8 @@ fn record_namespaces(
     used: &BTreeMap<String, (f64, f64)>,
     prices: &crate::rightsizing::Prices,
 ) {
-    let value = |cores: f64, bytes: f64| cores * prices.per_core_hour + bytes / GIB * prices.per_gib_hour;
+    let value =
+        |cores: f64, bytes: f64| cores * prices.per_core_hour + bytes / GIB * prices.per_gib_hour;
     // (as deployed cores, bytes; now cores, bytes)
     let mut requests: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
     for (key, pod) in &o.pods {
@@ -1308,7 +1381,12 @@ fn sample(
     }
     let (mut cpu, mut memory, mut pending) = (0i64, 0i64, 0usize);
     for pod in o.pods.values() {
-        if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some()
+        {
             let (c, m) = pod_requests(pod);
             cpu += c;
             memory += m;
@@ -1326,12 +1404,7 @@ fn sample(
         memory_used: mem_used / GIB,
         recommendations_applied: figures.applied,
         pending,
-        evicted: figures
-            .evictions
-            .iter()
-            .filter(|(cause, _)| **cause != "spot-reclaim")
-            .map(|(_, n)| n)
-            .sum(),
+        evicted: figures.tailors_evictions(),
         oom_kills: figures.ooms,
     }
 }

@@ -247,11 +247,20 @@ pub fn next_look<'a>(
         match node {
             None => {
                 if let Some(c) = find_condition(conditions, condition::LAUNCHED) {
-                    soon(c.last_transition_time.0.checked_add(registration_ttl).unwrap_or(now));
+                    soon(
+                        c.last_transition_time
+                            .0
+                            .checked_add(registration_ttl)
+                            .unwrap_or(now),
+                    );
                 }
             }
             Some(node) => {
-                let appeared = node.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+                let appeared = node
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(now, |t| t.0);
                 soon(appeared.checked_add(BATCH_HOLD).unwrap_or(now));
             }
         }
