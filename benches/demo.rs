@@ -29,6 +29,8 @@ struct Outcome {
     recommend_only: RunSummary,
     consolidation_only: RunSummary,
     autonomous: RunSummary,
+    /// The autonomous run's workloads that had OOM kills: name and kills.
+    oom_workloads: Vec<(String, u64)>,
 }
 
 /// A figure of the autonomous run, how to read it from an outcome, and its target (the
@@ -166,6 +168,7 @@ fn run_seed(
 ) -> Outcome {
     let scenario = Scenario::mid_size(seed, days);
     let mut summaries = Vec::new();
+    let mut oom_workloads = Vec::new();
     let runs = if autonomous_only {
         // Tuning: the other two runs do not depend on the autonomous settings; their
         // figures (and the cost ratios) read as zero.
@@ -181,6 +184,12 @@ fn run_seed(
     };
     for settings in runs {
         let run = world::run(&scenario, &settings, types.to_vec(), None, &mut |_| {});
+        oom_workloads = run
+            .workloads
+            .iter()
+            .filter(|w| w.oom_kills > 0)
+            .map(|w| (w.workload.clone(), w.oom_kills))
+            .collect();
         summaries.push(run.summary);
     }
     let autonomous = summaries.pop().expect("three runs");
@@ -191,6 +200,7 @@ fn run_seed(
         recommend_only,
         consolidation_only,
         autonomous,
+        oom_workloads,
     }
 }
 
@@ -282,6 +292,9 @@ fn main() {
                         o.autonomous.decisions_by_method,
                         o.autonomous.evictions_by_cause
                     );
+                    if !o.oom_workloads.is_empty() {
+                        println!("      seed {} OOM kills by workload: {:?}", o.seed, o.oom_workloads);
+                    }
                     outcomes.lock().expect("not poisoned").push(o);
                 }
             });

@@ -53,6 +53,9 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
 }
 
 async fn collect<C: CloudProvider>(ctx: &Context<C>) -> Result<(), CloudError> {
+    // The offerings marked unavailable expire on their own TTL: the gauge follows them on
+    // every pass, also while nothing is planned (a failure is the cloud's, counted there).
+    let _ = ctx.unavailable_offerings().await;
     match ctx.cloud.collect_leaked().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(resources = n, "deleted leaked cloud resources"),

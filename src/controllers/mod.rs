@@ -206,11 +206,11 @@ impl<C: CloudProvider> Context<C> {
         disruption_mode_for(self.settings.mode, pool)
     }
 
-    /// Instance types on sale under `settings`, with offerings the cloud reports unavailable
-    /// marked so.
-    pub async fn instance_types(
+    /// The offerings the cloud has marked unavailable now (size, zone, capacity type), as
+    /// `tailor_unavailable_offerings` then shows them.
+    pub async fn unavailable_offerings(
         &self,
-    ) -> Result<impl Fn(&NodeSettings) -> Result<Vec<InstanceType>, String> + '_, String> {
+    ) -> Result<BTreeSet<(String, String, CapacityType)>, String> {
         let unavailable: BTreeSet<(String, String, CapacityType)> = self
             .cloud
             .instance_types()
@@ -225,6 +225,15 @@ impl<C: CloudProvider> Context<C> {
             })
             .collect();
         self.metrics.set_unavailable_offerings(unavailable.len());
+        Ok(unavailable)
+    }
+
+    /// Instance types on sale under `settings`, with offerings the cloud reports unavailable
+    /// marked so.
+    pub async fn instance_types(
+        &self,
+    ) -> Result<impl Fn(&NodeSettings) -> Result<Vec<InstanceType>, String> + '_, String> {
+        let unavailable = self.unavailable_offerings().await?;
         Ok(move |settings: &NodeSettings| {
             let mut options = self.catalog_options.clone();
             options.node = NodeSettings {

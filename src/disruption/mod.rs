@@ -650,11 +650,19 @@ impl Work<'_> {
                 p
             })
             .collect();
+        // Capacity bought ahead is kept for the growth it was bought for: the pods of the
+        // nodes disrupted do not move onto it while it waits (they would take the room the
+        // growth then finds gone, and it would be bought again).
         let nodes: Vec<ExistingNode> = self
             .nodes
             .iter()
             .enumerate()
-            .filter(|(i, _)| !set.contains(i))
+            .filter(|(i, _)| {
+                !set.contains(i)
+                    && self.meta[*i]
+                        .kept_until
+                        .is_none_or(|t| t <= self.cluster.now)
+            })
             .map(|(_, n)| n.clone())
             .collect();
         let input = Input {
