@@ -120,8 +120,10 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     // lead, and written as it grows.
     let mut leading = false;
     let mut saved: Option<i64> = None;
-    // The stores' generation and the time of the last pass that found nothing to do.
+    // The stores' generation and the time of the last pass that found nothing to do, and
+    // the generation the last summary (the reports and metrics) was made on.
     let mut consolidated: Option<(u64, Timestamp)> = None;
+    let mut summarized_on: Option<u64> = None;
     loop {
         tokio::time::sleep(INTERVAL).await;
         if !ctx.writer.is_leader() {
@@ -129,6 +131,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             leading = false;
             last_summary = None;
             consolidated = None;
+            summarized_on = None;
             continue;
         }
         if !leading {
@@ -167,10 +170,13 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // As Karpenter's consolidated state: a cluster that has not changed since a pass
         // found nothing to do would give nothing again. It is looked at again after a
         // change, or once the clock may have changed the answer (a node's quiet time
-        // passing, an expiry, the cycle's expectation), at the demand history's grain.
+        // passing, an expiry, the cycle's expectation), at the demand history's grain. The
+        // summary (recommend-only pools' reports, the savings metrics) is still made once on
+        // the changed cluster, when it is due.
         let generation = ctx.state.generation();
         if consolidated
             .is_some_and(|(g, at)| g == generation && now.duration_since(at) < CONSOLIDATED_RECHECK)
+            && summarized_on == Some(generation)
         {
             continue;
         }
@@ -207,6 +213,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // recommend-only ones held (their nodes still take moved pods).
         let decision = if summary_due(last_summary, summary_took, now) {
             last_summary = Some(now);
+            summarized_on = Some(generation);
             let started = std::time::Instant::now();
             let decision =
                 summarize(&ctx, &mut cluster, &modes, &snapshot, &mut reported, now).await;
