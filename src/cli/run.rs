@@ -584,16 +584,6 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
             return Ok(());
         }
     }
-    let sizes = state.clone();
-    let size_metrics = metrics.clone();
-    tasks.spawn(async move {
-        loop {
-            for (kind, n) in sizes.sizes() {
-                size_metrics.set_snapshot_objects(kind, n);
-            }
-            tokio::time::sleep(Duration::from_secs(15)).await;
-        }
-    });
     shutdown_signal().await;
     tracing::info!("shutting down");
     drop(leader);

@@ -318,7 +318,18 @@ fn start<C: CloudProvider + 'static>(ctx: Arc<Context<C>>, tasks: &mut JoinSet<(
     tasks.spawn(disruption::run(ctx.clone()));
     tasks.spawn(interruption::run(ctx.clone()));
     tasks.spawn(cost::run(ctx.clone()));
+    tasks.spawn(store_sizes(ctx.clone()));
     tasks.spawn(garbage_collection::run(ctx));
+}
+
+/// Publishes how many objects each store holds (`tailor_snapshot_objects`), every 15 s.
+async fn store_sizes<C: CloudProvider>(ctx: Arc<Context<C>>) {
+    loop {
+        for (kind, n) in ctx.state.sizes() {
+            ctx.metrics.set_snapshot_objects(kind, n);
+        }
+        tokio::time::sleep(Duration::from_secs(15)).await;
+    }
 }
 
 /// Sleeps until the stores change or `max` passes, whichever is first.

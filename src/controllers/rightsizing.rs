@@ -112,6 +112,10 @@ pub async fn run_with<C: CloudProvider + 'static, U: UsageSource>(ctx: Arc<Conte
             started.elapsed().as_secs_f64(),
             result.is_err(),
         );
+        if result.is_ok() {
+            ctx.metrics
+                .observe_decision("rightsizing", started.elapsed().as_secs_f64());
+        }
         match result {
             Ok(n) => tracing::info!(
                 workloads = n,
@@ -572,6 +576,27 @@ async fn reconcile<C: CloudProvider, U: UsageSource>(
     for (w, p, e) in &outcome.held {
         tracing::debug!(workload = %format!("{}/{}/{}", w.namespace, w.kind, w.name), policy = %p, error = %e, "held by an unusable policy");
     }
+    // What the recommendations would save an hour, over every pod they apply to (those
+    // that would cost more count as nothing saved).
+    let mut pods_of: BTreeMap<Workload, usize> = BTreeMap::new();
+    for p in &snapshot.pods {
+        let namespace = p.metadata.namespace.as_deref().unwrap_or("default");
+        if let Some(w) = workloads.of_pod(namespace, &p.name_any()) {
+            *pods_of.entry(w).or_default() += 1;
+        }
+    }
+    let available: f64 = outcome
+        .containers
+        .iter()
+        .map(|c| {
+            let pods = pods_of.get(&c.workload).copied().unwrap_or(0);
+            (-c.recommendation.hourly_cost_delta).max(0.0) * pods as f64
+        })
+        .sum();
+    ctx.metrics.set_savings_available(
+        crate::telemetry::names::SavingsSource::Rightsizing,
+        available,
+    );
     let written = write_recommendations(
         ctx,
         &snapshot,
