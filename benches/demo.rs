@@ -9,7 +9,7 @@
 //! Flags: `--seeds 1-20,101-110` (ranges and single seeds; each comma-separated group is a
 //! set), `--days 7`, `--threads 2`, and `--set key=value` (repeated) to try other
 //! autonomous settings: horizon, headroom, lead, per-eviction, fraction, budget,
-//! consolidate-after, rightsizing-every, memory-margin, cpu-margin, max-step, min-change,
+//! consolidate-after, rightsizing-every, scale-down, memory-margin, cpu-margin, max-step, min-change,
 //! limits (keep or ratio); `--autonomous-only` skips the other two
 //! runs while tuning. Without `--bench` (as `cargo test --all-targets` runs
 //! it) a smoke run: one seed, one day.
@@ -139,6 +139,7 @@ fn autonomous(overrides: &[(String, String)]) -> RunSettings {
             "lead" => s.headroom_lead = number() as i64,
             "per-eviction" => s.disruption.min_savings_per_eviction = number(),
             "fraction" => s.disruption.min_savings_fraction = number(),
+            "scale-down" => s.disruption.wait_for_scale_down = number(),
             "budget" => s.budget_percent = number() as u32,
             "consolidate-after" => s.consolidate_after = number() as i64,
             "rightsizing-every" => s.rightsizing_every = number() as i64,

@@ -457,6 +457,7 @@ fn consolidation(input: &Input, plan: &scheduling::Plan, keep: usize, full: bool
         rules: BTreeMap::new(),
         now: 0,
         expected: BTreeMap::new(),
+        falling: BTreeMap::new(),
         unreadable: BTreeMap::new(),
         held: Default::default(),
     };

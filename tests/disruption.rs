@@ -346,6 +346,71 @@ fn capacity_the_cycle_expects_within_the_horizon_is_kept() {
 }
 
 #[test]
+fn a_pool_about_to_scale_down_is_not_consolidated_by_moving_pods_but_its_empty_nodes_go() {
+    // `a` and `b` run a pod each (moving web-2 onto `a` saves b's $0.192/hour); `c` is
+    // empty.
+    let yaml = format!(
+        "{POOL}{}{}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        node("c", 10, ""),
+        pod("web-1", "a", "1500m", ""),
+        pod("web-2", "b", "1500m", "")
+    );
+    let snapshot = Snapshot::from_yaml("scenario.yaml", &yaml).expect("scenario parses");
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let types = |s: &NodeSettings| {
+        let mut o = CatalogOptions::for_region("eastus");
+        o.node = s.clone();
+        catalog.instance_types(&o).map_err(|e| e.to_string())
+    };
+    let mut cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    let cheap_evictions = Settings {
+        min_savings_per_eviction: 0.0,
+        ..Settings::default()
+    };
+    // Nothing expected to fall: the empty node goes, then pods move and fewer nodes are
+    // left.
+    let consolidates = |r: &Report| {
+        r.decisions.len() >= 2
+            && r.decisions[0].method == Method::Empty
+            && r.decisions[1..]
+                .iter()
+                .all(|d| matches!(d.method, Method::Single | Method::Multi))
+            && r.summary.evictions >= 1
+            && r.summary.nodes_after <= 2
+    };
+    let r = disruption::evaluate(&cluster, &cheap_evictions);
+    assert!(consolidates(&r), "{r:#?}");
+    // The pool's requests are expected to fall 30% within the window: the empty node still
+    // goes, no pod is moved, and the nodes left say why.
+    cluster.falling.insert("default".to_string(), 0.3);
+    let r = disruption::evaluate(&cluster, &cheap_evictions);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    assert_eq!(r.decisions[0].method, Method::Empty);
+    assert_eq!(r.decisions[0].nodes, ["c"]);
+    assert_eq!(r.summary.evictions, 0, "{r:#?}");
+    for n in ["a", "b"] {
+        assert!(
+            blocked(&r, n).contains("expected to fall 30% within 2h"),
+            "{n}: {r:#?}"
+        );
+    }
+    // A fall below the setting, or the setting off (Karpenter's rules), consolidates as
+    // before.
+    cluster.falling.insert("default".to_string(), 0.04);
+    let r = disruption::evaluate(&cluster, &cheap_evictions);
+    assert!(consolidates(&r), "{r:#?}");
+    cluster.falling.insert("default".to_string(), 0.3);
+    let off = Settings {
+        wait_for_scale_down: 0.0,
+        ..cheap_evictions
+    };
+    let r = disruption::evaluate(&cluster, &off);
+    assert!(consolidates(&r), "{r:#?}");
+}
+
+#[test]
 fn a_node_bought_ahead_is_kept_however_empty_until_the_growth_it_was_bought_for_comes() {
     // `a` runs a pod; `b` and `ahead` are empty, and `ahead`'s claim was bought ahead with
     // its lead ending an hour after NOW.

@@ -197,6 +197,13 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             demand.record(&cluster.input, cluster.now);
             cluster.expected =
                 demand.expected(&cluster.input, cluster.now, ctx.settings.forecast_horizon);
+            if ctx.settings.forecast_horizon > 0 {
+                cluster.falling = demand.expected_fall(
+                    &cluster.input,
+                    cluster.now,
+                    disruption::SCALE_DOWN_WINDOW,
+                );
+            }
             demand.newest()
         };
         if newest.is_some_and(|t| saved.is_none_or(|s| t - s >= super::demand::SAVE_EVERY)) {

@@ -93,6 +93,13 @@ pub struct Cluster {
     /// horizon (from the cycle of past requests, [`super::forecast::DemandHistory`]).
     /// Consolidation keeps that capacity; a pool without an entry has no expectation.
     pub expected: BTreeMap<String, Resources>,
+    /// Per NodePool: the share by which its requests are expected to fall within
+    /// [`super::SCALE_DOWN_WINDOW`] (from the same cycle,
+    /// [`super::forecast::DemandHistory::expected_fall`]). While it is at least
+    /// [`super::Settings::wait_for_scale_down`], the pool's nodes are not consolidated by
+    /// moving pods: the workloads' own scale-down is about to free nodes without an
+    /// eviction.
+    pub falling: BTreeMap<String, f64>,
     /// Pods whose spec cannot be read (`namespace/name` to the error): their nodes are not
     /// disrupted.
     pub unreadable: BTreeMap<String, PodError>,
@@ -535,6 +542,7 @@ impl Cluster {
             now,
             // The snapshot holds no history; the caller adds what its DemandHistory expects.
             expected: BTreeMap::new(),
+            falling: BTreeMap::new(),
             unreadable,
             held: BTreeSet::new(),
         })

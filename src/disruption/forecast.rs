@@ -144,6 +144,55 @@ impl DemandHistory {
         self.expected_within(input, now, horizon, false)
     }
 
+    /// Per pool, the share by which its requests are expected to fall within `within`
+    /// seconds: how far they fell over the same window one day and one week earlier,
+    /// from the window's start to its lowest point, the smaller of CPU's and memory's
+    /// fall and the smaller of the two cycles' (both must agree: a pool frees capacity
+    /// only when both dimensions shrink, and a cycle that did not fall says nothing will).
+    /// A pool without a cycle a day back, or whose requests were not falling then, has no
+    /// entry.
+    pub fn expected_fall(&self, input: &Input, now: i64, within: i64) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        if within <= 0 {
+            return out;
+        }
+        for pool in requested(input).into_keys() {
+            let Some(points) = self.pools.get(&pool) else {
+                continue;
+            };
+            let mut fall: Option<f64> = None;
+            for lag in LAGS {
+                let then = now - lag;
+                let Some(base) = points
+                    .iter()
+                    .filter(|p| (p.t - then).abs() <= RESOLUTION)
+                    .min_by_key(|p| (p.t - then).abs())
+                else {
+                    continue;
+                };
+                let (low_cpu, low_memory) = points
+                    .iter()
+                    .filter(|p| p.t >= base.t && p.t <= then + within)
+                    .fold((base.cpu, base.memory), |a, p| {
+                        (a.0.min(p.cpu), a.1.min(p.memory))
+                    });
+                let share = |base: i64, low: i64| -> f64 {
+                    if base > 0 {
+                        1.0 - low as f64 / base as f64
+                    } else {
+                        0.0
+                    }
+                };
+                let f = share(base.cpu, low_cpu).min(share(base.memory, low_memory));
+                fall = Some(fall.map_or(f, |g| g.min(f)));
+            }
+            if let Some(f) = fall.filter(|f| *f > 0.0) {
+                out.insert(pool, f);
+            }
+        }
+        out
+    }
+
     /// The newest sample's time, over all pools.
     pub fn newest(&self) -> Option<i64> {
         self.pools
@@ -323,6 +372,74 @@ mod tests {
             let cpu = if minute < 8 * 60 { 4_000 } else { 10_000 };
             history.record(&input(cpu, 8), t);
         }
+    }
+
+    /// Two days of requests that hold at 10 cores and 32 GiB until noon, fall by 40% over
+    /// the next hour and stay there.
+    fn falling_at_noon(history: &mut DemandHistory) {
+        for day in 0..2 {
+            for minute in (0..24 * 60).step_by(5) {
+                let t = day * DAY + minute * 60;
+                let (cpu, gib) = match minute {
+                    m if m < 12 * 60 => (10_000, 32),
+                    m if m < 13 * 60 => (8_000, 26),
+                    _ => (6_000, 20),
+                };
+                history.record(&input(cpu, gib), t);
+            }
+        }
+    }
+
+    #[test]
+    fn the_fall_the_cycle_expects_is_read_from_the_same_window_a_day_earlier() {
+        let mut history = DemandHistory::new();
+        falling_at_noon(&mut history);
+        // At 11:55 on day 2 the next two hours fell 40% in CPU and 37.5% in memory a day
+        // earlier: the smaller is expected.
+        let fall = history.expected_fall(&input(10_000, 32), 2 * DAY + 11 * 3600 + 3300, 2 * 3600);
+        let f = fall.get("default").copied().expect("a fall for the pool");
+        assert!((f - 0.375).abs() < 1e-9, "{f}");
+        // Within one hour of 11:30 only the first step (20% CPU, 18.75% memory) is seen.
+        let fall = history.expected_fall(&input(10_000, 32), 2 * DAY + 11 * 3600 + 1800, 3600);
+        let f = fall.get("default").copied().expect("a fall for the pool");
+        assert!((f - 0.1875).abs() < 1e-9, "{f}");
+        // In the morning and after the fall, nothing falls within two hours.
+        for hour in [6, 14] {
+            let fall = history.expected_fall(&input(6_000, 20), 2 * DAY + hour * 3600, 2 * 3600);
+            assert!(fall.is_empty(), "{hour}h: {fall:?}");
+        }
+        // A ramp up is no fall, and without a day of history nothing is expected.
+        let mut rising = DemandHistory::new();
+        a_day_of_cycle(&mut rising, 0);
+        a_day_of_cycle(&mut rising, 1);
+        assert!(
+            rising
+                .expected_fall(&input(4_000, 8), 2 * DAY + 7 * 3600, 2 * 3600)
+                .is_empty()
+        );
+        let mut young = DemandHistory::new();
+        young.record(&input(10_000, 32), 0);
+        young.record(&input(6_000, 20), 3600);
+        assert!(
+            young
+                .expected_fall(&input(6_000, 20), 2 * 3600, 2 * 3600)
+                .is_empty()
+        );
+        // Only CPU falls: memory holds, so no capacity frees.
+        let mut cpu_only = DemandHistory::new();
+        for minute in (0..2 * 24 * 60).step_by(5) {
+            let cpu = if minute % (24 * 60) < 12 * 60 {
+                10_000
+            } else {
+                6_000
+            };
+            cpu_only.record(&input(cpu, 8), minute * 60);
+        }
+        assert!(
+            cpu_only
+                .expected_fall(&input(10_000, 8), DAY + 11 * 3600, 2 * 3600)
+                .is_empty()
+        );
     }
 
     #[test]

@@ -157,6 +157,13 @@ pub struct Settings {
     pub spot_to_spot_min_alternatives: usize,
     /// Most nodes one multi-node consolidation considers.
     pub max_multi_nodes: usize,
+    /// A NodePool whose requests are expected to fall by at least this share within
+    /// [`SCALE_DOWN_WINDOW`] ([`Cluster::falling`]) is not consolidated by moving pods
+    /// meanwhile; its empty nodes are still removed. The workloads' own scale-down is
+    /// about to delete pods, and deleting them from the nodes consolidation would empty
+    /// first (the pod deletion cost) frees those nodes without an eviction. 0 turns it
+    /// off.
+    pub wait_for_scale_down: f64,
     /// Apply decisions to a working copy and keep going (`evaluate`'s "everything now");
     /// false stops after the first decision.
     pub all: bool,
@@ -167,6 +174,14 @@ pub struct Settings {
 /// down to the forecast bought nodes back within hours (up to 73 node launches a week on
 /// one seed, against 63 at 0.2, for a median cost 1.5% higher).
 pub const DEFAULT_EXPECTED_HEADROOM: f64 = 0.2;
+
+/// How far ahead consolidation looks for the workloads' own scale-down
+/// ([`Settings::wait_for_scale_down`]).
+pub const SCALE_DOWN_WINDOW: i64 = 2 * 3600;
+
+/// The expected fall within [`SCALE_DOWN_WINDOW`] past which a pool's consolidation waits
+/// for its scale-down ([`Settings::wait_for_scale_down`]).
+pub const DEFAULT_WAIT_FOR_SCALE_DOWN: f64 = 0.05;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -179,6 +194,7 @@ impl Default for Settings {
             spot_to_spot: false,
             spot_to_spot_min_alternatives: 15,
             max_multi_nodes: 100,
+            wait_for_scale_down: DEFAULT_WAIT_FOR_SCALE_DOWN,
             all: true,
         }
     }
@@ -195,6 +211,7 @@ impl Settings {
             min_savings_per_eviction: 0.0,
             headroom: 0.0,
             cost_aware: false,
+            wait_for_scale_down: 0.0,
             ..Settings::default()
         }
     }
@@ -549,6 +566,20 @@ impl Work<'_> {
                 && rules.is_some_and(|r| r.policy == ConsolidationPolicy::WhenEmpty)
             {
                 return Some("consolidationPolicy is WhenEmpty and the node has pods".to_string());
+            }
+            if matches!(method, Method::Multi | Method::Single)
+                && self.settings.wait_for_scale_down > 0.0
+                && let Some(fall) = self
+                    .cluster
+                    .falling
+                    .get(pool)
+                    .filter(|f| **f >= self.settings.wait_for_scale_down)
+            {
+                return Some(format!(
+                    "NodePool {pool}'s requests are expected to fall {:.0}% within {}h: its workloads' scale-down frees nodes without evictions",
+                    fall * 100.0,
+                    SCALE_DOWN_WINDOW / 3600
+                ));
             }
         }
         if m.price_per_hour.is_none() && method != Method::Drift {
