@@ -37,10 +37,17 @@ struct Point {
     t: i64,
     cpu: i64,
     memory: i64,
+    /// Pods on the pool's nodes (DaemonSets' aside); `None` in a history kept before
+    /// they were recorded.
+    pods: Option<i64>,
 }
 
-/// The layout of [`DemandHistory::to_json`].
-const SAVED_VERSION: u32 = 1;
+/// The layout of [`DemandHistory::to_json`]: 2 adds the pods to each point.
+const SAVED_VERSION: u32 = 2;
+
+/// The layouts [`DemandHistory::from_json`] reads: 1 (`[time, cpu, memory]`) and 2
+/// (`[time, cpu, memory, pods]`).
+const READ_VERSIONS: [u32; 2] = [1, 2];
 
 /// A history as kept across restarts.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -49,7 +56,7 @@ struct Saved {
     version: u32,
     /// Seconds between samples, for readers.
     resolution: i64,
-    pools: BTreeMap<String, Vec<[i64; 3]>>,
+    pools: BTreeMap<String, Vec<Vec<i64>>>,
 }
 
 /// Requested CPU and memory per NodePool over time.
@@ -62,13 +69,13 @@ pub struct DemandHistory {
 }
 
 /// Requested CPU (millicores) and memory (bytes) of the pods on each pool's nodes (the
-/// DaemonSets' aside), every pool of `input` included (a pool without nodes requests
-/// nothing).
-fn requested(input: &Input) -> BTreeMap<String, (i64, i64)> {
-    let mut out: BTreeMap<String, (i64, i64)> = input
+/// DaemonSets' aside), and how many they are, every pool of `input` included (a pool
+/// without nodes requests nothing).
+fn requested(input: &Input) -> BTreeMap<String, (i64, i64, i64)> {
+    let mut out: BTreeMap<String, (i64, i64, i64)> = input
         .pools
         .iter()
-        .map(|p| (p.name.clone(), (0, 0)))
+        .map(|p| (p.name.clone(), (0, 0, 0)))
         .collect();
     for node in &input.nodes {
         let Some(pool) = node.labels.get(labels::NODE_POOL) else {
@@ -80,6 +87,7 @@ fn requested(input: &Input) -> BTreeMap<String, (i64, i64)> {
         for p in node.pods.iter().filter(|p| !super::is_daemon(p)) {
             e.0 += p.requests.get(&Dimension::Cpu);
             e.1 += p.requests.get(&Dimension::Memory);
+            e.2 += 1;
         }
     }
     out
@@ -107,7 +115,7 @@ impl DemandHistory {
     /// Records what the pods on each pool's nodes request at `now`; a sample within
     /// five minutes of the last one is skipped.
     pub fn record(&mut self, input: &Input, now: i64) {
-        for (pool, (cpu, memory)) in requested(input) {
+        for (pool, (cpu, memory, pods)) in requested(input) {
             let points = self.pools.entry(pool).or_default();
             if points.back().is_some_and(|p| now - p.t < RESOLUTION) {
                 continue;
@@ -116,6 +124,7 @@ impl DemandHistory {
                 t: now,
                 cpu,
                 memory,
+                pods: Some(pods),
             });
             while points.front().is_some_and(|p| now - p.t > KEEP) {
                 points.pop_front();
@@ -144,13 +153,13 @@ impl DemandHistory {
         self.expected_within(input, now, horizon, false)
     }
 
-    /// Per pool, the share by which its requests are expected to fall within `within`
-    /// seconds: how far they fell over the same window one day and one week earlier,
-    /// from the window's start to its lowest point, the smaller of CPU's and memory's
-    /// fall and the smaller of the two cycles' (both must agree: a pool frees capacity
-    /// only when both dimensions shrink, and a cycle that did not fall says nothing will).
-    /// A pool without a cycle a day back, or whose requests were not falling then, has no
-    /// entry.
+    /// Per pool, the share of its pods the workloads' own scale-down is expected to
+    /// remove within `within` seconds: how far the pods on its nodes fell over the same
+    /// window one day and one week earlier, from the window's start to its lowest point,
+    /// the smaller of the two cycles' (a cycle that did not fall says nothing will). Pods,
+    /// not requests: right-sizing cuts requests in steps that are no cycle, and only pods
+    /// that go free room without an eviction. A pool without a cycle a day back, or whose
+    /// pods were not falling then, has no entry.
     pub fn expected_fall(&self, input: &Input, now: i64, within: i64) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
         if within <= 0 {
@@ -163,27 +172,24 @@ impl DemandHistory {
             let mut fall: Option<f64> = None;
             for lag in LAGS {
                 let then = now - lag;
-                let Some(base) = points
+                let Some((base_t, Some(base))) = points
                     .iter()
                     .filter(|p| (p.t - then).abs() <= RESOLUTION)
                     .min_by_key(|p| (p.t - then).abs())
+                    .map(|p| (p.t, p.pods))
                 else {
                     continue;
                 };
-                let (low_cpu, low_memory) = points
+                let low = points
                     .iter()
-                    .filter(|p| p.t >= base.t && p.t <= then + within)
-                    .fold((base.cpu, base.memory), |a, p| {
-                        (a.0.min(p.cpu), a.1.min(p.memory))
-                    });
-                let share = |base: i64, low: i64| -> f64 {
-                    if base > 0 {
-                        1.0 - low as f64 / base as f64
-                    } else {
-                        0.0
-                    }
+                    .filter(|p| p.t >= base_t && p.t <= then + within)
+                    .filter_map(|p| p.pods)
+                    .fold(base, i64::min);
+                let f = if base > 0 {
+                    1.0 - low as f64 / base as f64
+                } else {
+                    0.0
                 };
-                let f = share(base.cpu, low_cpu).min(share(base.memory, low_memory));
                 fall = Some(fall.map_or(f, |g| g.min(f)));
             }
             if let Some(f) = fall.filter(|f| *f > 0.0) {
@@ -218,7 +224,13 @@ impl DemandHistory {
                     let kept = points
                         .iter()
                         .filter(|p| newest - p.t <= keep)
-                        .map(|p| [p.t, p.cpu, p.memory])
+                        .map(|p| match p.pods {
+                            Some(pods) => vec![p.t, p.cpu, p.memory, pods],
+                            // A point read from a history kept before pods were
+                            // recorded: its pods are not known, and 0 would read as a
+                            // fall.
+                            None => vec![p.t, p.cpu, p.memory, -1],
+                        })
                         .collect();
                     (pool.clone(), kept)
                 })
@@ -235,17 +247,40 @@ impl DemandHistory {
         let saved: Saved =
             serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(json))
                 .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
-        if saved.version != SAVED_VERSION {
+        if !READ_VERSIONS.contains(&saved.version) {
             return Err(format!(
-                "version: {} is not {SAVED_VERSION}, the only version this agent reads",
+                "version: {} is not one this agent reads ({READ_VERSIONS:?})",
                 saved.version
             ));
         }
+        let fields = if saved.version == 1 { 3 } else { 4 };
         let mut history = DemandHistory::new();
         for (pool, points) in saved.pools {
             let mut kept = VecDeque::new();
             let mut last: Option<i64> = None;
-            for (i, [t, cpu, memory]) in points.into_iter().enumerate() {
+            for (i, point) in points.into_iter().enumerate() {
+                let &[t, cpu, memory, ref rest @ ..] = point.as_slice() else {
+                    return Err(format!(
+                        "pools.{pool}[{i}]: {} numbers, version {} has {fields}",
+                        point.len(),
+                        saved.version
+                    ));
+                };
+                if point.len() != fields {
+                    return Err(format!(
+                        "pools.{pool}[{i}]: {} numbers, version {} has {fields}",
+                        point.len(),
+                        saved.version
+                    ));
+                }
+                // -1: not recorded.
+                let pods = rest.first().copied().filter(|p| *p >= 0);
+                if rest.first().is_some_and(|p| *p < -1) {
+                    return Err(format!(
+                        "pools.{pool}[{i}]: {} pods must not be negative",
+                        rest[0]
+                    ));
+                }
                 if cpu < 0 || memory < 0 {
                     return Err(format!(
                         "pools.{pool}[{i}]: requests {cpu}m CPU and {memory} bytes must not be negative"
@@ -258,7 +293,12 @@ impl DemandHistory {
                 }
                 last = Some(t);
                 if t <= now && now - t <= KEEP {
-                    kept.push_back(Point { t, cpu, memory });
+                    kept.push_back(Point {
+                        t,
+                        cpu,
+                        memory,
+                        pods,
+                    });
                 }
             }
             if !kept.is_empty() {
@@ -279,7 +319,7 @@ impl DemandHistory {
         if horizon <= 0 {
             return out;
         }
-        for (pool, (cpu, memory)) in requested(input) {
+        for (pool, (cpu, memory, _)) in requested(input) {
             let Some(points) = self.pools.get(&pool) else {
                 continue;
             };
@@ -374,38 +414,54 @@ mod tests {
         }
     }
 
-    /// Two days of requests that hold at 10 cores and 32 GiB until noon, fall by 40% over
-    /// the next hour and stay there.
-    fn falling_at_noon(history: &mut DemandHistory) {
+    /// One node of pool `default` running `pods` pods of `cpu` millicores and 1 GiB each.
+    fn pods_input(pods: usize, cpu: i64) -> Input {
+        let mut one = input(0, 0);
+        let template = (*one.nodes[0].pods[0]).clone();
+        one.nodes[0].pods = (0..pods)
+            .map(|i| {
+                let mut p = template.clone();
+                p.key = format!("shop/web-{i}");
+                p.requests = Resources::cpu_memory(cpu, 1 << 30);
+                std::sync::Arc::new(p)
+            })
+            .collect();
+        one
+    }
+
+    /// Two days whose pods hold at 10 until noon, fall to 8 over the next hour and to 6
+    /// after; each pod's CPU request is `cpu_before` until noon and `cpu_after` from then.
+    fn falling_at_noon(history: &mut DemandHistory, cpu_before: i64, cpu_after: i64) {
         for day in 0..2 {
             for minute in (0..24 * 60).step_by(5) {
                 let t = day * DAY + minute * 60;
-                let (cpu, gib) = match minute {
-                    m if m < 12 * 60 => (10_000, 32),
-                    m if m < 13 * 60 => (8_000, 26),
-                    _ => (6_000, 20),
+                let (pods, cpu) = match minute {
+                    m if m < 12 * 60 => (10, cpu_before),
+                    m if m < 13 * 60 => (8, cpu_after),
+                    _ => (6, cpu_after),
                 };
-                history.record(&input(cpu, gib), t);
+                history.record(&pods_input(pods, cpu), t);
             }
         }
     }
 
     #[test]
-    fn the_fall_the_cycle_expects_is_read_from_the_same_window_a_day_earlier() {
+    fn the_fall_the_cycle_expects_is_read_from_the_pods_a_day_earlier() {
         let mut history = DemandHistory::new();
-        falling_at_noon(&mut history);
-        // At 11:55 on day 2 the next two hours fell 40% in CPU and 37.5% in memory a day
-        // earlier: the smaller is expected.
-        let fall = history.expected_fall(&input(10_000, 32), 2 * DAY + 11 * 3600 + 3300, 2 * 3600);
+        falling_at_noon(&mut history, 1_000, 1_000);
+        // At 11:55 on day 2 the next two hours lost 40% of the pods a day earlier.
+        let fall =
+            history.expected_fall(&pods_input(10, 1_000), 2 * DAY + 11 * 3600 + 3300, 2 * 3600);
         let f = fall.get("default").copied().expect("a fall for the pool");
-        assert!((f - 0.375).abs() < 1e-9, "{f}");
-        // Within one hour of 11:30 only the first step (20% CPU, 18.75% memory) is seen.
-        let fall = history.expected_fall(&input(10_000, 32), 2 * DAY + 11 * 3600 + 1800, 3600);
+        assert!((f - 0.4).abs() < 1e-9, "{f}");
+        // Within one hour of 11:30 only the first step (20%) is seen.
+        let fall = history.expected_fall(&pods_input(10, 1_000), 2 * DAY + 11 * 3600 + 1800, 3600);
         let f = fall.get("default").copied().expect("a fall for the pool");
-        assert!((f - 0.1875).abs() < 1e-9, "{f}");
+        assert!((f - 0.2).abs() < 1e-9, "{f}");
         // In the morning and after the fall, nothing falls within two hours.
         for hour in [6, 14] {
-            let fall = history.expected_fall(&input(6_000, 20), 2 * DAY + hour * 3600, 2 * 3600);
+            let fall =
+                history.expected_fall(&pods_input(6, 1_000), 2 * DAY + hour * 3600, 2 * 3600);
             assert!(fall.is_empty(), "{hour}h: {fall:?}");
         }
         // A ramp up is no fall, and without a day of history nothing is expected.
@@ -418,28 +474,47 @@ mod tests {
                 .is_empty()
         );
         let mut young = DemandHistory::new();
-        young.record(&input(10_000, 32), 0);
-        young.record(&input(6_000, 20), 3600);
+        young.record(&pods_input(10, 1_000), 0);
+        young.record(&pods_input(6, 1_000), 3600);
         assert!(
             young
-                .expected_fall(&input(6_000, 20), 2 * 3600, 2 * 3600)
+                .expected_fall(&pods_input(6, 1_000), 2 * 3600, 2 * 3600)
                 .is_empty()
         );
-        // Only CPU falls: memory holds, so no capacity frees.
-        let mut cpu_only = DemandHistory::new();
+        // Requests cut in a step with every pod staying (right-sizing) free no node: no
+        // fall, though the requests fell by half.
+        let mut resized = DemandHistory::new();
         for minute in (0..2 * 24 * 60).step_by(5) {
             let cpu = if minute % (24 * 60) < 12 * 60 {
-                10_000
+                1_000
             } else {
-                6_000
+                500
             };
-            cpu_only.record(&input(cpu, 8), minute * 60);
+            resized.record(&pods_input(10, cpu), minute * 60);
         }
         assert!(
-            cpu_only
-                .expected_fall(&input(10_000, 8), DAY + 11 * 3600, 2 * 3600)
+            resized
+                .expected_fall(&pods_input(10, 1_000), DAY + 11 * 3600, 2 * 3600)
                 .is_empty()
         );
+        // A history kept before pods were recorded expects no fall, and still expects
+        // its growth.
+        let v1: Vec<[i64; 3]> = (0..24 * 12)
+            .map(|i| [i * 300, 10_000 - i, 8 << 30])
+            .collect();
+        let json = serde_json::json!({"version": 1, "resolution": 300, "pools": {"default": v1}});
+        let old = DemandHistory::from_json(&json.to_string(), DAY + 3600).expect("version 1 reads");
+        assert!(
+            old.expected_fall(&input(10_000, 8), DAY + 3600, 2 * 3600)
+                .is_empty()
+        );
+        let again = DemandHistory::from_json(&old.to_json(KEEP), DAY + 3600).expect("reads back");
+        assert!(
+            again
+                .expected_fall(&input(10_000, 8), DAY + 3600, 2 * 3600)
+                .is_empty()
+        );
+        assert_eq!(again.pools["default"], old.pools["default"]);
     }
 
     #[test]
@@ -462,8 +537,20 @@ mod tests {
 
         let refused = |json: &str| DemandHistory::from_json(json, now).expect_err(json);
         assert!(refused("{").contains("EOF"), "{}", refused("{"));
-        let e = refused(r#"{"version":2,"resolution":300,"pools":{}}"#);
-        assert!(e.contains("version: 2"), "{e}");
+        let e = refused(r#"{"version":3,"resolution":300,"pools":{}}"#);
+        assert!(e.contains("version: 3"), "{e}");
+        let e = refused(r#"{"version":1,"resolution":300,"pools":{"gpu":[[10,1,1,1]]}}"#);
+        assert!(
+            e.contains("pools.gpu[0]: 4 numbers, version 1 has 3"),
+            "{e}"
+        );
+        let e = refused(r#"{"version":2,"resolution":300,"pools":{"gpu":[[10,1,1]]}}"#);
+        assert!(
+            e.contains("pools.gpu[0]: 3 numbers, version 2 has 4"),
+            "{e}"
+        );
+        let e = refused(r#"{"version":2,"resolution":300,"pools":{"gpu":[[10,1,1,-2]]}}"#);
+        assert!(e.contains("pools.gpu[0]: -2 pods"), "{e}");
         let e = refused(r#"{"version":1,"resolution":300,"pools":{"default":[[10,1,1],[5,1,1]]}}"#);
         assert!(e.contains("pools.default[1]: time 5"), "{e}");
         let e = refused(r#"{"version":1,"resolution":300,"pools":{"gpu":[[10,-1,1]]}}"#);
