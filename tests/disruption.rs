@@ -74,7 +74,8 @@ status: {{phase: Running, startTime: '{started}'}}
     )
 }
 
-fn evaluate_with(yaml: &str, settings: &Settings) -> Report {
+/// The cluster of `yaml` at NOW, priced with the built-in eastus catalog.
+fn cluster_of(yaml: &str) -> Cluster {
     let snapshot = Snapshot::from_yaml("scenario.yaml", yaml).expect("scenario parses");
     let catalog = Catalog::builtin().expect("built-in catalog");
     let types = |s: &NodeSettings| {
@@ -82,8 +83,11 @@ fn evaluate_with(yaml: &str, settings: &Settings) -> Report {
         o.node = s.clone();
         catalog.instance_types(&o).map_err(|e| e.to_string())
     };
-    let cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
-    disruption::evaluate(&cluster, settings)
+    Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds")
+}
+
+fn evaluate_with(yaml: &str, settings: &Settings) -> Report {
+    disruption::evaluate(&cluster_of(yaml), settings)
 }
 
 fn evaluate(yaml: &str) -> Report {
@@ -297,14 +301,7 @@ fn a_consolidation_must_pay_for_the_pods_it_evicts() {
 
 /// The cluster of `yaml` with `cpu` millicores expected of the default pool soon.
 fn evaluate_expecting(yaml: &str, cpu: i64) -> Report {
-    let snapshot = Snapshot::from_yaml("scenario.yaml", yaml).expect("scenario parses");
-    let catalog = Catalog::builtin().expect("built-in catalog");
-    let types = |s: &NodeSettings| {
-        let mut o = CatalogOptions::for_region("eastus");
-        o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
-    };
-    let mut cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    let mut cluster = cluster_of(yaml);
     cluster.expected.insert(
         "default".to_string(),
         tailor::model::Resources::cpu_memory(cpu, 1 << 30),
@@ -357,14 +354,7 @@ fn a_pool_about_to_scale_down_is_not_consolidated_by_moving_pods_but_its_empty_n
         pod("web-1", "a", "1500m", ""),
         pod("web-2", "b", "1500m", "")
     );
-    let snapshot = Snapshot::from_yaml("scenario.yaml", &yaml).expect("scenario parses");
-    let catalog = Catalog::builtin().expect("built-in catalog");
-    let types = |s: &NodeSettings| {
-        let mut o = CatalogOptions::for_region("eastus");
-        o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
-    };
-    let mut cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
+    let mut cluster = cluster_of(&yaml);
     let cheap_evictions = Settings {
         min_savings_per_eviction: 0.0,
         ..Settings::default()
