@@ -93,7 +93,7 @@ pub struct Cluster {
     /// horizon (from the cycle of past requests, [`super::forecast::DemandHistory`]).
     /// Consolidation keeps that capacity; a pool without an entry has no expectation.
     pub expected: BTreeMap<String, Resources>,
-    /// Per NodePool: the share by which its requests are expected to fall within
+    /// Per NodePool: the share by which its pods are expected to fall within
     /// [`super::SCALE_DOWN_WINDOW`] (from the same cycle,
     /// [`super::forecast::DemandHistory::expected_fall`]). While it is at least
     /// [`super::Settings::wait_for_scale_down`], the pool's nodes are not consolidated by

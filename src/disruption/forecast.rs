@@ -93,6 +93,14 @@ fn requested(input: &Input) -> BTreeMap<String, (i64, i64, i64)> {
     out
 }
 
+/// The sample nearest `t`, if one lies within the history's resolution of it.
+fn sample_at(points: &VecDeque<Point>, t: i64) -> Option<&Point> {
+    points
+        .iter()
+        .filter(|p| (p.t - t).abs() <= RESOLUTION)
+        .min_by_key(|p| (p.t - t).abs())
+}
+
 impl DemandHistory {
     /// An empty history that expects nothing until it holds a day: a pool is expected to
     /// need more than it requests now only once yesterday's cycle is known. The agent
@@ -172,11 +180,7 @@ impl DemandHistory {
             let mut fall: Option<f64> = None;
             for lag in LAGS {
                 let then = now - lag;
-                let Some((base_t, Some(base))) = points
-                    .iter()
-                    .filter(|p| (p.t - then).abs() <= RESOLUTION)
-                    .min_by_key(|p| (p.t - then).abs())
-                    .map(|p| (p.t, p.pods))
+                let Some((base_t, Some(base))) = sample_at(points, then).map(|p| (p.t, p.pods))
                 else {
                     continue;
                 };
@@ -259,13 +263,6 @@ impl DemandHistory {
             let mut kept = VecDeque::new();
             let mut last: Option<i64> = None;
             for (i, point) in points.into_iter().enumerate() {
-                let &[t, cpu, memory, ref rest @ ..] = point.as_slice() else {
-                    return Err(format!(
-                        "pools.{pool}[{i}]: {} numbers, version {} has {fields}",
-                        point.len(),
-                        saved.version
-                    ));
-                };
                 if point.len() != fields {
                     return Err(format!(
                         "pools.{pool}[{i}]: {} numbers, version {} has {fields}",
@@ -273,14 +270,14 @@ impl DemandHistory {
                         saved.version
                     ));
                 }
-                // -1: not recorded.
-                let pods = rest.first().copied().filter(|p| *p >= 0);
-                if rest.first().is_some_and(|p| *p < -1) {
-                    return Err(format!(
-                        "pools.{pool}[{i}]: {} pods must not be negative",
-                        rest[0]
-                    ));
+                // Every version has at least these three.
+                let (t, cpu, memory) = (point[0], point[1], point[2]);
+                // Version 2's pods; -1 where they were not recorded.
+                let pods = point.get(3).copied();
+                if let Some(p) = pods.filter(|p| *p < -1) {
+                    return Err(format!("pools.{pool}[{i}]: {p} pods must not be negative"));
                 }
+                let pods = pods.filter(|p| *p >= 0);
                 if cpu < 0 || memory < 0 {
                     return Err(format!(
                         "pools.{pool}[{i}]: requests {cpu}m CPU and {memory} bytes must not be negative"
@@ -326,11 +323,7 @@ impl DemandHistory {
             let mut grown: Option<(i64, i64)> = None;
             for lag in LAGS {
                 let then = now - lag;
-                let Some(base) = points
-                    .iter()
-                    .filter(|p| (p.t - then).abs() <= RESOLUTION)
-                    .min_by_key(|p| (p.t - then).abs())
-                else {
+                let Some(base) = sample_at(points, then) else {
                     continue;
                 };
                 let window = points

@@ -157,7 +157,7 @@ pub struct Settings {
     pub spot_to_spot_min_alternatives: usize,
     /// Most nodes one multi-node consolidation considers.
     pub max_multi_nodes: usize,
-    /// A NodePool whose requests are expected to fall by at least this share within
+    /// A NodePool whose pods are expected to fall by at least this share within
     /// [`SCALE_DOWN_WINDOW`] ([`Cluster::falling`]) is not consolidated by moving pods
     /// meanwhile; its empty nodes are still removed. The workloads' own scale-down is
     /// about to delete pods, and deleting them from the nodes consolidation would empty
@@ -576,7 +576,7 @@ impl Work<'_> {
                     .filter(|f| **f >= self.settings.wait_for_scale_down)
             {
                 return Some(format!(
-                    "NodePool {pool}'s requests are expected to fall {:.0}% within {}h: its workloads' scale-down frees nodes without evictions",
+                    "NodePool {pool}'s pods are expected to fall {:.0}% within {}h: its workloads' scale-down frees nodes without evictions",
                     fall * 100.0,
                     SCALE_DOWN_WINDOW / 3600
                 ));
