@@ -884,6 +884,10 @@ mod tests {
             ("not owned by a NodePool", "unmanaged"),
             ("launched by this pass", "in_flight"),
             (
+                "NodePool default's pods are expected to fall 30% within 2h: its workloads' scale-down frees nodes without evictions",
+                "scale_down",
+            ),
+            (
                 "saving $0.0010/hour is below the threshold $0.0100/hour",
                 "no_cheaper_replacement",
             ),

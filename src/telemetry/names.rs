@@ -283,6 +283,9 @@ vocabulary!(
         Unmanaged => "unmanaged",
         /// Launched or chosen for pending pods in this pass.
         InFlight => "in_flight",
+        /// Its NodePool's workloads are expected to scale down soon, freeing nodes
+        /// without evictions.
+        ScaleDown => "scale_down",
         /// Anything else.
         Other => "other",
     }
@@ -307,6 +310,8 @@ impl BlockedReason {
             BlockedReason::NoPrice
         } else if has("not owned by a NodePool") {
             BlockedReason::Unmanaged
+        } else if has("scale-down frees nodes") {
+            BlockedReason::ScaleDown
         } else if has("this pass") {
             BlockedReason::InFlight
         } else if has("would not fit")
