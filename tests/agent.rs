@@ -1591,6 +1591,175 @@ async fn capacity_is_bought_ahead_of_the_growth_yesterdays_cycle_expects_and_kep
     );
 }
 
+/// The kept history of pool `default` (layout version 2) whose pods fell by three
+/// quarters yesterday: every five minutes from 26 to 18 hours before `now`, 12 pods until
+/// 20 minutes after this time yesterday, 3 from then on. The points request nothing, so
+/// no growth is read from them and nothing is bought ahead: only the fall is under test.
+fn falling_history(now: i64) -> String {
+    let points: Vec<[i64; 4]> = (now - 26 * 3600..=now - 18 * 3600)
+        .step_by(300)
+        .map(|t| {
+            let pods = if t < now - 24 * 3600 + 20 * 60 { 12 } else { 3 };
+            [t, 0, 0, pods]
+        })
+        .collect();
+    serde_json::json!({"version": 2, "resolution": 300, "pools": {"default": points}}).to_string()
+}
+
+/// The web pods' names and UIDs, and the nodes they run on.
+fn web_pods(pods: &[Pod]) -> (BTreeSet<(String, String)>, BTreeSet<String>) {
+    let web: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| {
+            p.labels().get("app").map(String::as_str) == Some("web")
+                && p.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    (
+        web.iter()
+            .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+            .collect(),
+        web.iter()
+            .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_whose_pods_fell_yesterday_at_this_hour_is_not_consolidated_by_moving_pods_but_its_empty_node_goes()
+ {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(EAGER_POOL).await;
+    let now = jiff::Timestamp::now().as_second();
+    let config_map = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": tailor::controllers::demand::CONFIG_MAP, "namespace": "default"},
+        "data": {(tailor::controllers::demand::KEY): falling_history(now)},
+    });
+    control_plane::create_value(&cp.client, config_map)
+        .await
+        .expect("the kept history");
+    let mut agent = Agent::start(&cp, "agent-wait", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+
+    // Three nodes, one per `hold` pod; the web pods then spread over them, and a `solo`
+    // pod that keeps away from both gets a node of its own.
+    let apart = |from: &str| {
+        format!(
+            "      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n          - {{topologyKey: kubernetes.io/hostname, labelSelector: {{matchExpressions: [{{key: app, operator: In, values: [{from}]}}]}}}}"
+        )
+    };
+    cp.apply_yaml(&deployment("hold", 3, "4", "4Gi", &apart("hold")))
+        .await;
+    wait_running(&pods, 3, 120).await;
+    cp.apply_yaml(&deployment("web", 6, "1", "1Gi", "")).await;
+    wait_running(&pods, 9, 120).await;
+    cp.apply_yaml(&deployment("solo", 1, "500m", "512Mi", &apart("hold, web")))
+        .await;
+    wait_running(&pods, 10, 120).await;
+    let solo_node = list(&pods)
+        .await
+        .iter()
+        .find(|p| p.labels().get("app").map(String::as_str) == Some("solo"))
+        .and_then(|p| p.spec.as_ref()?.node_name.clone())
+        .expect("solo bound");
+
+    // Yesterday at this hour the pool's pods fell by three quarters; today the hold and
+    // solo pods go. The web pods are left spread over nodes that moving them would empty.
+    scale(&cp, "hold", 0).await;
+    scale(&cp, "solo", 0).await;
+    wait_running(&pods, 6, 60).await;
+    let (web_before, web_nodes) = web_pods(&list(&pods).await);
+    assert!(
+        web_nodes.len() >= 2,
+        "the web pods must be spread for moving them to save anything: {web_nodes:?}"
+    );
+    let cost_before = node_cost(&list(&nodes).await);
+
+    // The node left empty goes; no web pod is moved while the fall is expected.
+    eventually(
+        Duration::from_secs(90),
+        "the empty node removed",
+        || async {
+            nodes
+                .get_opt(&solo_node)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let blocked = eventually(
+        Duration::from_secs(90),
+        "nodes counted blocked for the scale-down",
+        || async {
+            let text = agent.metrics().await;
+            text.lines()
+                .find(|l| l.starts_with("tailor_disruption_blocked_nodes{reason=\"scale_down\"}"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .filter(|n| *n >= 1.0)
+        },
+    )
+    .await;
+    let held_from = std::time::Instant::now();
+    while held_from.elapsed() < Duration::from_secs(60) {
+        let (web_now, on_now) = web_pods(&list(&pods).await);
+        assert_eq!(
+            web_now,
+            web_before,
+            "a web pod was moved while the pool's scale-down was expected\n{}",
+            agent.log_tail(60)
+        );
+        assert_eq!(on_now, web_nodes);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let cost_held = node_cost(&list(&nodes).await);
+    assert!(
+        cost_held < cost_before,
+        "the empty node's cost remains: {cost_before} -> {cost_held}"
+    );
+
+    // The same cluster under Karpenter's rules, which do not wait for a scale-down: the web
+    // pods are moved together, and the nodes they leave go.
+    agent.kill();
+    let karpenter = Agent::start(
+        &cp,
+        "agent-wait-karpenter",
+        &["--mode", "autonomous", "--consolidation", "karpenter"],
+    );
+    karpenter.wait_ready().await;
+    let moved_from = std::time::Instant::now();
+    let (web_after, on_after) = eventually(
+        Duration::from_secs(240),
+        "the web pods moved onto fewer nodes",
+        || async {
+            let listed = list(&pods).await;
+            let (web, on) = web_pods(&listed);
+            (running(&listed) == 6 && on.len() < web_nodes.len()).then_some((web, on))
+        },
+    )
+    .await;
+    let cost_after = node_cost(&list(&nodes).await);
+    assert!(
+        web_after.difference(&web_before).count() > 0,
+        "no web pod was replaced"
+    );
+    assert!(cost_after < cost_held, "{cost_held} -> {cost_after}");
+    println!(
+        "scale-down expected: {blocked} node(s) blocked, web pods held on {} nodes for 60 s at {cost_held:.4} $/hour \
+         (the empty node gone: {cost_before:.4} -> {cost_held:.4}); without the wait they moved within {:.0} s onto {} node(s) at {cost_after:.4} $/hour",
+        web_nodes.len(),
+        moved_from.elapsed().as_secs_f64(),
+        on_after.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_azure_will_reclaim_is_drained_before_it_goes_and_only_that_node() {
     let _serial = SERIAL.lock().await;
