@@ -27,6 +27,13 @@ const KEPT_WINDOWS: usize = super::policy::MAX_PEAK_DAYS as usize;
 const KEPT_RUNS: usize = 30;
 /// Closed runs needed before the per-run peaks size memory.
 const MIN_RUNS: usize = 3;
+/// Closed runs needed before an intermittent container's memory is cut below its
+/// request. Whatever the runs' peaks are distributed as, the next run peaks above every
+/// one of `n` runs seen with chance `1 / (n + 1)`; from 19 runs that is at most 5%. Fewer
+/// runs than that cannot tell a Job that always peaks the same from one whose input is
+/// large one run in five: a fit of a few quiet runs predicts the quiet peak, and the
+/// first large run meets every replica at once below its need.
+const RUNS_TO_CUT_MEMORY: usize = 19;
 /// A run ends when no memory sample came for at least one whole sampling interval and at
 /// least this many seconds: raw scrapes a minute apart tolerate a few missed ones, and
 /// hourly peaks (as read from Prometheus) end a run at the first hour with no sample.
@@ -780,6 +787,19 @@ pub fn recommend(
                 "runs are intermittent (a Job): memory sized for the next run's likely peak {} from {} runs",
                 display_bytes(next_run as i64),
                 history.run_peaks.len()
+            ));
+        }
+        let runs = history.run_peaks.len();
+        if runs > 0
+            && runs < RUNS_TO_CUT_MEMORY
+            && let Some(deployed) = current.memory.map(|m| m as f64)
+            && deployed > target
+        {
+            target = deployed;
+            reasons.push(format!(
+                "runs are intermittent (a Job): memory kept at its request {} until {RUNS_TO_CUT_MEMORY} runs are seen ({runs} so far), as a run peaking above all {runs} comes with chance 1/{}",
+                display_bytes(deployed as i64),
+                runs + 1
             ));
         }
         if policy.memory_trend
@@ -1631,6 +1651,71 @@ mod tests {
             "{:?}",
             close.reasons
         );
+    }
+
+    #[test]
+    fn a_jobs_memory_is_not_cut_until_enough_runs_bound_the_chance_of_a_larger_one() {
+        // A Job: a 1-hour run every 6 hours, each peaking at 550-570 MiB; deployed with
+        // 3.5 GiB. One run in five of such a Job may meet a large input (not seen here).
+        let feed = |runs: i64| {
+            let mut h = ContainerHistory::new(&policy(), 0);
+            for run in 0..runs {
+                let begin = run * 6 * 3600;
+                for m in 0..12 {
+                    let t = begin + m * 300;
+                    h.add_cpu(t, 0.05);
+                    h.add_memory(t, (550.0 + (run % 3) as f64 * 10.0) * MIB as f64);
+                }
+            }
+            recommend(
+                &h,
+                current(1000, 3584 * MIB),
+                &policy(),
+                &Context::default(),
+                runs * 6 * 3600,
+            )
+        };
+        // 14 runs (3.5 days), 13 of them closed: the quiet peaks alone would size memory
+        // near 600 MiB; the request is kept, with why.
+        let few = feed(14);
+        assert_eq!(
+            few.recommended.memory,
+            Some(3584 * MIB),
+            "{:?}",
+            few.reasons
+        );
+        assert!(
+            few.reasons
+                .iter()
+                .any(|x| x.contains("until 19 runs are seen (13 so far)") && x.contains("1/14")),
+            "{:?}",
+            few.reasons
+        );
+        // 21 runs (20 closed): the chance of a run above all of them is below 5%, and
+        // memory is sized from the runs.
+        let enough = feed(21);
+        let memory = enough.recommended.memory.expect("memory");
+        assert!(
+            (570 * MIB..700 * MIB).contains(&memory),
+            "{} MiB: {:?}",
+            memory / MIB,
+            enough.reasons
+        );
+        assert!(
+            !enough
+                .reasons
+                .iter()
+                .any(|x| x.contains("kept at its request"))
+        );
+        // A long-running container (no runs) is cut at once, as before.
+        let steady = recommend(
+            &history(7),
+            current(1000, 3584 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        assert!(steady.recommended.memory.expect("memory") < 3584 * MIB);
     }
 
     #[test]
