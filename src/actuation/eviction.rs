@@ -3,8 +3,9 @@
 //! safer).
 //!
 //! A pod needs the fallback when its resize is `Infeasible` (the `PodResizePending`
-//! condition the kubelet sets), `Deferred` for more than [`DEFERRED_LIMIT_SECONDS`], or
-//! when the API server refused the resize call. Such a pod is evicted (through the Eviction
+//! condition the kubelet sets), `Deferred` for more than [`DEFERRED_LIMIT_SECONDS`] (at
+//! once when the increase follows an OOM kill: the container is killed again at its size
+//! for as long as the node has no room), or when the API server refused the resize call. Such a pod is evicted (through the Eviction
 //! API, so its PodDisruptionBudget is enforced by the API server) only while at least
 //! `update.minReplicas` of the workload's pods stay available besides it, and only when a
 //! replacement gets the recommended requests (the admission webhook is serving); otherwise
@@ -106,8 +107,10 @@ pub struct Plan {
 }
 
 /// Whether the pod's last resize is stuck at `now` (unix seconds): its `PodResizePending`
-/// condition says `Infeasible`, or `Deferred` since more than [`DEFERRED_LIMIT_SECONDS`].
-pub fn stuck(pod: &Pod, now: i64) -> Option<Stuck> {
+/// condition says `Infeasible`, or `Deferred` since more than [`DEFERRED_LIMIT_SECONDS`],
+/// or `Deferred` at all when the resize is `urgent` (a memory increase an OOM kill forced:
+/// waiting for room on the node only repeats the kill).
+pub fn stuck(pod: &Pod, now: i64, urgent: bool) -> Option<Stuck> {
     let condition = pod
         .status
         .as_ref()?
@@ -124,7 +127,7 @@ pub fn stuck(pod: &Pod, now: i64) -> Option<Stuck> {
                 .last_transition_time
                 .as_ref()
                 .map_or(now, |t| t.0.as_second());
-            (now - since > DEFERRED_LIMIT_SECONDS).then_some(Stuck::Deferred(now - since))
+            (urgent || now - since > DEFERRED_LIMIT_SECONDS).then_some(Stuck::Deferred(now - since))
         }
         _ => None,
     }
@@ -142,13 +145,15 @@ pub fn available(pod: &Pod) -> bool {
 
 /// Which of a workload's `pods` to evict now. `refused` holds the pods whose resize call
 /// the API server refused (name: its message); `min_replicas` pods must stay available
-/// besides the evicted ones; `webhook` says whether replacements get the recommendation.
+/// besides the evicted ones; `webhook` says whether replacements get the recommendation;
+/// `urgent`, whether the resizes are a memory increase an OOM kill forced ([`stuck`]).
 /// Pods are taken in name order, so a round's choice is stable.
 pub fn plan<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     refused: &BTreeMap<String, String>,
     min_replicas: i32,
     webhook: bool,
+    urgent: bool,
     now: i64,
 ) -> Plan {
     let mut pods: Vec<&Pod> = pods
@@ -162,7 +167,8 @@ pub fn plan<'a>(
     let mut out = Plan::default();
     for pod in pods {
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let Some(why) = stuck(pod, now).or_else(|| refused.get(&name).cloned().map(Stuck::Refused))
+        let Some(why) =
+            stuck(pod, now, urgent).or_else(|| refused.get(&name).cloned().map(Stuck::Refused))
         else {
             continue;
         };
@@ -227,7 +233,7 @@ mod tests {
             pod("web-b", Some(("Infeasible", 10))),
             pod("web-c", None),
         ];
-        let plan = plan(&pods, &BTreeMap::new(), 1, true, NOW);
+        let plan = plan(&pods, &BTreeMap::new(), 1, true, false, NOW);
         // Three available, one must stay: both stuck pods go.
         assert_eq!(names(&plan.evict), ["web-a", "web-b"]);
         assert!(matches!(&plan.evict[0].1, Stuck::Infeasible(m) if m.contains("capacity")));
@@ -240,7 +246,7 @@ mod tests {
             pod("web-a", Some(("Infeasible", 10))),
             pod("web-b", Some(("Infeasible", 10))),
         ];
-        let plan = plan(&pods, &BTreeMap::new(), 1, true, NOW);
+        let plan = plan(&pods, &BTreeMap::new(), 1, true, false, NOW);
         assert_eq!(names(&plan.evict), ["web-a"]);
         assert_eq!(plan.waiting.len(), 1);
         assert_eq!(plan.waiting[0].0, "web-b");
@@ -254,12 +260,12 @@ mod tests {
         // The only pod of a single-replica workload waits by default; minReplicas 0 lets it go.
         let single = [pod("api-a", Some(("Infeasible", 10)))];
         assert!(
-            super::plan(&single, &BTreeMap::new(), 1, true, NOW)
+            super::plan(&single, &BTreeMap::new(), 1, true, false, NOW)
                 .evict
                 .is_empty()
         );
         assert_eq!(
-            names(&super::plan(&single, &BTreeMap::new(), 0, true, NOW).evict),
+            names(&super::plan(&single, &BTreeMap::new(), 0, true, false, NOW).evict),
             ["api-a"]
         );
     }
@@ -268,11 +274,11 @@ mod tests {
     fn a_deferred_resize_is_evicted_only_after_five_minutes() {
         let young = [pod("web-a", Some(("Deferred", 299))), pod("web-b", None)];
         assert_eq!(
-            plan(&young, &BTreeMap::new(), 1, true, NOW),
+            plan(&young, &BTreeMap::new(), 1, true, false, NOW),
             Plan::default()
         );
         let old = [pod("web-a", Some(("Deferred", 301))), pod("web-b", None)];
-        let p = plan(&old, &BTreeMap::new(), 1, true, NOW);
+        let p = plan(&old, &BTreeMap::new(), 1, true, false, NOW);
         assert_eq!(p.evict, [("web-a".to_string(), Stuck::Deferred(301))]);
     }
 
@@ -280,12 +286,16 @@ mod tests {
     fn a_refused_resize_is_evicted_and_a_pod_resizing_normally_is_not() {
         let pods = [pod("web-a", None), pod("web-b", None), pod("web-c", None)];
         let refused = BTreeMap::from([("web-b".to_string(), "forbidden".to_string())]);
-        let p = plan(&pods, &refused, 1, true, NOW);
+        let p = plan(&pods, &refused, 1, true, false, NOW);
         assert_eq!(
             p.evict,
             [("web-b".to_string(), Stuck::Refused("forbidden".to_string()))]
         );
-        assert!(plan(&pods, &BTreeMap::new(), 1, true, NOW).evict.is_empty());
+        assert!(
+            plan(&pods, &BTreeMap::new(), 1, true, false, NOW)
+                .evict
+                .is_empty()
+        );
     }
 
     #[test]
@@ -295,7 +305,7 @@ mod tests {
             pod("web-b", None),
             pod("web-c", None),
         ];
-        let p = plan(&pods, &BTreeMap::new(), 1, false, NOW);
+        let p = plan(&pods, &BTreeMap::new(), 1, false, false, NOW);
         assert!(p.evict.is_empty());
         assert_eq!(p.waiting.len(), 1);
         assert_eq!(p.waiting[0].2, Wait::NoWebhook);
@@ -322,7 +332,7 @@ mod tests {
             not_ready,
             terminating,
         ];
-        let p = plan(&pods, &BTreeMap::new(), 1, true, NOW);
+        let p = plan(&pods, &BTreeMap::new(), 1, true, false, NOW);
         assert!(p.evict.is_empty(), "{p:?}");
         assert_eq!(
             p.waiting[0].2,

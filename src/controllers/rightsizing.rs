@@ -906,11 +906,14 @@ async fn resize_in_place<C: CloudProvider>(
         .filter(|((ns, _), _)| *ns == w.namespace)
         .map(|((_, name), why)| (name.clone(), why.clone()))
         .collect();
+    // A memory increase an OOM kill forced does not wait for room on the node.
+    let urgent = containers.iter().any(|c| c.recommendation.memory_urgent);
     let plan = eviction::plan(
         pods.iter().copied(),
         &refused,
         min_replicas,
         ctx.settings.webhook,
+        urgent,
         round.now,
     );
     // One Event per outcome and round (the recorder folds repeats of a reason into a
