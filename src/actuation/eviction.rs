@@ -5,7 +5,8 @@
 //! A pod needs the fallback when its resize is `Infeasible` (the `PodResizePending`
 //! condition the kubelet sets), `Deferred` for more than [`DEFERRED_LIMIT_SECONDS`] (at
 //! once when the increase follows an OOM kill: the container is killed again at its size
-//! for as long as the node has no room), or when the API server refused the resize call. Such a pod is evicted (through the Eviction
+//! for as long as the node has no room), or when the API server refused the resize call.
+//! Such a pod is evicted (through the Eviction
 //! API, so its PodDisruptionBudget is enforced by the API server) only while at least
 //! `update.minReplicas` of the workload's pods stay available besides it, and only when a
 //! replacement gets the recommended requests (the admission webhook is serving); otherwise
