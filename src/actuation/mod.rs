@@ -326,6 +326,7 @@ mod tests {
                 reasons: Vec::new(),
                 hourly_cost_delta: 0.0,
                 memory_urgent: false,
+                cpu_target_cores: None,
             },
         )])
     }

@@ -34,6 +34,10 @@ const MIN_RUNS: usize = 3;
 /// large one run in five: a fit of a few quiet runs predicts the quiet peak, and the
 /// first large run meets every replica at once below its need.
 const RUNS_TO_CUT_MEMORY: usize = 19;
+
+/// A container whose pods ran less than this share of its history, with closed runs, is
+/// intermittent (a Job or CronJob) for [`RUNS_TO_CUT_MEMORY`].
+const INTERMITTENT_SHARE: f64 = 0.5;
 /// A run ends when no memory sample came for at least one whole sampling interval and at
 /// least this many seconds: raw scrapes a minute apart tolerate a few missed ones, and
 /// hourly peaks (as read from Prometheus) end a run at the first hour with no sample.
@@ -45,6 +49,10 @@ const RUN_PEAK_Z: f64 = 2.326;
 /// the container's usage: a throttled period ran out of quota, so it wanted at least what it
 /// got, and how much more the counters cannot say.
 pub const THROTTLED_EXCESS: f64 = 0.5;
+
+/// Hours of CPU targets the request is the mean of: a daily cycle
+/// ([`ContainerHistory::note_cpu_target`]).
+pub const CPU_TARGET_HOURS: i64 = 24;
 
 /// Student's t one-sided 99th percentile with `df` degrees of freedom: from the table up
 /// to 4, then the Cornish-Fisher expansion around the normal's (within 0.5% from there).
@@ -127,6 +135,18 @@ pub struct ContainerHistory {
     run_peak: f64,
     #[serde(default)]
     run_peaks: Vec<f64>,
+    /// When the open run started, and the seconds the closed runs lasted: how much of the
+    /// span any pod ran. Absent in checkpoints from before it was kept, where the share
+    /// starts low and errs towards treating the container as intermittent.
+    #[serde(default)]
+    run_start: Option<i64>,
+    #[serde(default)]
+    ran_seconds: i64,
+    /// The CPU targets of the last day, one per hour (the hour since the epoch, cores),
+    /// oldest first: the request is their mean, so it does not follow the hour of day
+    /// ([`ContainerHistory::note_cpu_target`]).
+    #[serde(default)]
+    cpu_targets: Vec<(i64, f64)>,
 }
 
 impl ContainerHistory {
@@ -149,7 +169,43 @@ impl ContainerHistory {
             memory_gap: None,
             run_peak: 0.0,
             run_peaks: Vec::new(),
+            run_start: None,
+            ran_seconds: 0,
+            cpu_targets: Vec::new(),
         }
+    }
+
+    /// Keeps `cores`, the CPU target computed at `now` from the usage alone
+    /// ([`ContainerRecommendation::cpu_target_cores`]), as the target of `now`'s hour (a
+    /// later one in the same hour replaces it), for a day.
+    ///
+    /// With usage decaying by a half-life of a day, the newest hours weigh most, so the
+    /// target computed in the evening (after the day's peak) and the one computed at night
+    /// differ by a third on a daily cycle: applied as they come, every morning's target
+    /// is an increase the packed nodes have no room for, and the pods are evicted to get
+    /// it. The request is the mean of the day's targets instead.
+    pub fn note_cpu_target(&mut self, now: i64, cores: f64) {
+        if !cores.is_finite() || cores < 0.0 {
+            return;
+        }
+        let hour = now.div_euclid(3600);
+        self.cpu_targets
+            .retain(|(h, _)| *h > hour - CPU_TARGET_HOURS && *h < hour);
+        self.cpu_targets.push((hour, cores));
+    }
+
+    /// The mean of `cores` (the target of `now`) and the targets kept from the other hours
+    /// of the last day, with how many hours it spans.
+    fn cpu_target_over_day(&self, now: i64, cores: f64) -> (f64, usize) {
+        let hour = now.div_euclid(3600);
+        let kept: Vec<f64> = self
+            .cpu_targets
+            .iter()
+            .filter(|(h, _)| *h > hour - CPU_TARGET_HOURS && *h < hour)
+            .map(|(_, c)| *c)
+            .collect();
+        let n = kept.len() + 1;
+        ((kept.iter().sum::<f64>() + cores) / n as f64, n)
     }
 
     fn seen(&mut self, t: i64) {
@@ -220,6 +276,10 @@ impl ContainerHistory {
             let gap = t - last;
             let usual = self.memory_gap.map_or(gap, |g| g.min(gap));
             if gap - usual >= usual.max(RUN_IDLE_SECONDS) && self.run_peak > 0.0 {
+                if let Some(start) = self.run_start {
+                    self.ran_seconds += last - start + usual;
+                }
+                self.run_start = Some(t);
                 self.run_peaks.push(self.run_peak);
                 if self.run_peaks.len() > KEPT_RUNS {
                     self.run_peaks.remove(0);
@@ -229,7 +289,23 @@ impl ContainerHistory {
             self.memory_gap = Some(usual);
         }
         self.last_memory = Some(self.last_memory.map_or(t, |l| l.max(t)));
+        self.run_start.get_or_insert(t);
         self.run_peak = self.run_peak.max(bytes);
+    }
+
+    /// The share (0..1) of the span in which any pod of the container ran: about 1 for a
+    /// long-running workload (an outage or two included), the runs' share of the time for
+    /// a Job.
+    fn running_share(&self) -> f64 {
+        let span = self.span_seconds();
+        let (Some(start), Some(last)) = (self.run_start, self.last_memory) else {
+            return 1.0;
+        };
+        if span <= 0 {
+            return 1.0;
+        }
+        let open = last - start + self.memory_gap.unwrap_or(0);
+        ((self.ran_seconds + open) as f64 / span as f64).clamp(0.0, 1.0)
     }
 
     /// For an intermittent container with enough closed runs, the peak the next run is
@@ -496,6 +572,11 @@ pub struct ContainerRecommendation {
     /// by the maximum step.
     #[serde(default)]
     pub memory_urgent: bool,
+    /// The CPU target (cores) the usage gives at this hour, before the day's mean and the
+    /// policy's bounds: what [`ContainerHistory::note_cpu_target`] keeps for the next
+    /// rounds.
+    #[serde(skip)]
+    pub cpu_target_cores: Option<f64>,
 }
 
 fn clamp_opt(v: f64, lo: Option<i64>, hi: Option<i64>) -> f64 {
@@ -686,6 +767,7 @@ pub fn recommend(
     let memory_margin = 1.0 + policy.memory_margin;
 
     // CPU.
+    let mut cpu_target_cores = None;
     let cpu = if policy.cpu && !history.cpu.is_empty() {
         let (_, lo, hi) = policy.cpu_percentiles;
         let basis = CpuBasis::of(history, policy);
@@ -708,7 +790,16 @@ pub fn recommend(
                 100.0 * history.cpu.share_at_or_below(level)
             ));
         }
-        let target = body.max(burst) * margin * 1000.0;
+        let raw = body.max(burst) * margin;
+        cpu_target_cores = Some(raw);
+        let (day_mean, hours) = history.cpu_target_over_day(now, raw);
+        if hours > 1 && (day_mean - raw).abs() > raw * policy.min_change {
+            reasons.push(format!(
+                "cpu is the mean of the last {hours} hours' targets ({} now): the hour of day does not move it",
+                format_milli((raw * 1000.0).ceil() as i64)
+            ));
+        }
+        let target = day_mean * 1000.0;
         let lower = history.cpu.percentile(lo).unwrap_or(0.0) * margin * 1000.0 * lower_narrow;
         let upper = history.cpu.percentile(hi).unwrap_or(0.0) * margin * 1000.0 * upper_widen;
         let node_max = context.largest_node.map(|(c, _)| c);
@@ -790,8 +881,11 @@ pub fn recommend(
             ));
         }
         let runs = history.run_peaks.len();
+        // Intermittent: pods ran less than half the time (a long-running workload down for
+        // a while once has a closed run too, and is not held by this rule).
         if runs > 0
             && runs < RUNS_TO_CUT_MEMORY
+            && history.running_share() < INTERMITTENT_SHARE
             && let Some(deployed) = current.memory.map(|m| m as f64)
             && deployed > target
         {
@@ -959,6 +1053,7 @@ pub fn recommend(
         reasons,
         hourly_cost_delta,
         memory_urgent,
+        cpu_target_cores,
     }
 }
 
@@ -1654,10 +1749,74 @@ mod tests {
     }
 
     #[test]
+    fn the_cpu_request_is_the_mean_of_the_days_targets_not_the_hours() {
+        // A business-day cycle: 8 busy hours at 1 core, 16 quiet ones at 0.2. With a
+        // half-life of a day the newest hours weigh most, so the target computed after
+        // the busy hours and the one computed before them differ by far more than the
+        // hysteresis; hourly rounds keep each hour's target.
+        let policy = policy();
+        let mut h = ContainerHistory::new(&policy, 0);
+        let far = current(5000, 500 * MIB);
+        let (mut raw, mut applied) = (Vec::new(), Vec::new());
+        for hour in 0..72i64 {
+            for m in 0..60 {
+                let t = (hour * 60 + m) * 60;
+                let busy = (9..17).contains(&(hour % 24));
+                h.add_cpu(t, if busy { 1.0 } else { 0.2 });
+                h.add_memory(t, (500 * MIB) as f64);
+            }
+            let now = (hour + 1) * 3600 - 60;
+            let r = recommend(&h, far, &policy, &Context::default(), now);
+            let cores = r.cpu_target_cores.expect("a CPU target");
+            if hour >= 48 {
+                raw.push(cores * 1000.0);
+                applied.push(r.recommended.cpu.expect("a CPU request") as f64);
+                if (applied[applied.len() - 1] - cores * 1000.0).abs() > cores * 120.0 {
+                    assert!(
+                        r.reasons
+                            .iter()
+                            .any(|x| x.contains("mean of the last 24 hours")),
+                        "{:?}",
+                        r.reasons
+                    );
+                }
+            }
+            h.note_cpu_target(now, cores);
+        }
+        let spread = |v: &[f64]| {
+            v.iter().copied().fold(0.0, f64::max) / v.iter().copied().fold(f64::MAX, f64::min)
+        };
+        assert!(spread(&raw) > 1.5, "hour by hour: {raw:?}");
+        assert!(spread(&applied) < 1.1, "over the day: {applied:?}");
+        // The request stays inside the day's targets, near their mean.
+        let mean = raw.iter().sum::<f64>() / raw.len() as f64;
+        let mid = applied.iter().sum::<f64>() / applied.len() as f64;
+        assert!((mid - mean).abs() < 0.05 * mean, "{mid} vs {mean}");
+
+        // Without kept targets (a one-off `tailor recommend`, the backtest) the request is
+        // the target of the hour itself.
+        let fresh = cpu_history(3, 0.2, 1.0, None);
+        let r = recommend(&fresh, far, &policy, &Context::default(), 3 * DAY);
+        let cores = r.cpu_target_cores.expect("a CPU target");
+        assert_eq!(r.recommended.cpu, Some((cores * 1000.0).ceil() as i64));
+        // Targets older than a day are dropped, and a later target replaces the hour's.
+        let mut kept = fresh.clone();
+        kept.note_cpu_target(3 * DAY - 7200, 9.0);
+        kept.note_cpu_target(3 * DAY - 3000, 5.0);
+        kept.note_cpu_target(3 * DAY - 2000, 3.0);
+        kept.note_cpu_target(3 * DAY + 2 * DAY, 1.0);
+        assert_eq!(kept.cpu_targets, vec![(5 * 24, 1.0)]);
+        let mut kept = fresh;
+        kept.note_cpu_target(3 * DAY - 3000, 5.0);
+        kept.note_cpu_target(3 * DAY - 2000, 3.0);
+        assert_eq!(kept.cpu_target_over_day(3 * DAY, 1.0), (2.0, 2));
+    }
+
+    #[test]
     fn a_jobs_memory_is_not_cut_until_enough_runs_bound_the_chance_of_a_larger_one() {
         // A Job: a 1-hour run every 6 hours, each peaking at 550-570 MiB; deployed with
         // 3.5 GiB. One run in five of such a Job may meet a large input (not seen here).
-        let feed = |runs: i64| {
+        let job = |runs: i64| {
             let mut h = ContainerHistory::new(&policy(), 0);
             for run in 0..runs {
                 let begin = run * 6 * 3600;
@@ -1667,8 +1826,11 @@ mod tests {
                     h.add_memory(t, (550.0 + (run % 3) as f64 * 10.0) * MIB as f64);
                 }
             }
+            h
+        };
+        let feed = |runs: i64| {
             recommend(
-                &h,
+                &job(runs),
                 current(1000, 3584 * MIB),
                 &policy(),
                 &Context::default(),
@@ -1716,6 +1878,30 @@ mod tests {
             7 * DAY,
         );
         assert!(steady.recommended.memory.expect("memory") < 3584 * MIB);
+        // Nor is one that was down for an hour once: it has a closed run, but its pods ran
+        // nearly all the time, so it is not a Job.
+        let mut outage = ContainerHistory::new(&policy(), 0);
+        for m in (0..7 * 1440).filter(|m| !(3 * 1440..3 * 1440 + 60).contains(m)) {
+            outage.add_cpu(m * 60, 0.2);
+            outage.add_memory(m * 60, ((400 + (m % 101)) * MIB) as f64);
+        }
+        assert_eq!(outage.run_peaks.len(), 1);
+        assert!(outage.running_share() > 0.98, "{}", outage.running_share());
+        // The Job ran one hour in six.
+        let share = job(14).running_share();
+        assert!((0.15..0.2).contains(&share), "{share}");
+        let down_once = recommend(
+            &outage,
+            current(1000, 3584 * MIB),
+            &policy(),
+            &Context::default(),
+            7 * DAY,
+        );
+        assert!(
+            down_once.recommended.memory.expect("memory") < 1024 * MIB,
+            "{:?}",
+            down_once.reasons
+        );
     }
 
     #[test]

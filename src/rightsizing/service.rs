@@ -735,12 +735,16 @@ pub async fn recommend_workloads<S: UsageSource>(
             let recommendation =
                 recommend(&pooled.history, current_requests(c), policy, &context, now);
             if let Some(cp) = checkpoints.get_mut(w) {
+                let mut history = pooled.history.clone();
+                if let Some(cores) = recommendation.cpu_target_cores {
+                    history.note_cpu_target(now, cores);
+                }
                 cp.containers.push(crate::usage::pool::CheckpointEntry {
                     namespace: w.namespace.clone(),
                     kind: w.kind.clone(),
                     name: w.name.clone(),
                     container: container.clone(),
-                    history: pooled.history.clone(),
+                    history,
                 });
             }
             outcome.containers.push(ContainerOutcome {
