@@ -177,26 +177,42 @@ impl ContainerHistory {
 
     /// Keeps `cores`, the CPU target computed at `now` from the usage alone
     /// ([`ContainerRecommendation::cpu_target_cores`]), as the target of `now`'s hour (a
-    /// later one in the same hour replaces it), for a day.
+    /// later one in the same hour replaces it), for a day. A target more than `jump` (a
+    /// share) above every other target of the day is a new level, not an hour of the
+    /// cycle: the day's targets before it are dropped.
     ///
     /// With usage decaying by a half-life of a day, the newest hours weigh most, so the
     /// target computed in the evening (after the day's peak) and the one computed at night
     /// differ by a third on a daily cycle: applied as they come, every morning's target
     /// is an increase the packed nodes have no room for, and the pods are evicted to get
     /// it. The request is the mean of the day's targets instead.
-    pub fn note_cpu_target(&mut self, now: i64, cores: f64) {
+    pub fn note_cpu_target(&mut self, now: i64, cores: f64, jump: f64) {
         if !cores.is_finite() || cores < 0.0 {
             return;
         }
         let hour = now.div_euclid(3600);
         self.cpu_targets
             .retain(|(h, _)| *h > hour - CPU_TARGET_HOURS && *h < hour);
+        if self.new_cpu_level(cores, jump) {
+            self.cpu_targets.clear();
+        }
         self.cpu_targets.push((hour, cores));
     }
 
-    /// The mean of `cores` (the target of `now`) and the targets kept from the other hours
-    /// of the last day, with how many hours it spans.
-    fn cpu_target_over_day(&self, now: i64, cores: f64) -> (f64, usize) {
+    /// Whether `cores` is more than `jump` above every kept target (and there is one).
+    fn new_cpu_level(&self, cores: f64, jump: f64) -> bool {
+        let highest = self
+            .cpu_targets
+            .iter()
+            .map(|(_, c)| *c)
+            .fold(f64::NAN, f64::max);
+        highest.is_finite() && cores > highest * (1.0 + jump)
+    }
+
+    /// The request `cores` (the target of `now`) makes with the targets kept from the
+    /// other hours of the last day, with how many hours it spans: their mean, or `cores`
+    /// itself when it is a new level ([`ContainerHistory::note_cpu_target`]).
+    fn cpu_target_over_day(&self, now: i64, cores: f64, jump: f64) -> (f64, usize) {
         let hour = now.div_euclid(3600);
         let kept: Vec<f64> = self
             .cpu_targets
@@ -204,6 +220,10 @@ impl ContainerHistory {
             .filter(|(h, _)| *h > hour - CPU_TARGET_HOURS && *h < hour)
             .map(|(_, c)| *c)
             .collect();
+        let highest = kept.iter().copied().fold(f64::NAN, f64::max);
+        if highest.is_finite() && cores > highest * (1.0 + jump) {
+            return (cores, 1);
+        }
         let n = kept.len() + 1;
         ((kept.iter().sum::<f64>() + cores) / n as f64, n)
     }
@@ -792,7 +812,7 @@ pub fn recommend(
         }
         let raw = body.max(burst) * margin;
         cpu_target_cores = Some(raw);
-        let (day_mean, hours) = history.cpu_target_over_day(now, raw);
+        let (day_mean, hours) = history.cpu_target_over_day(now, raw, policy.min_change);
         if hours > 1 && (day_mean - raw).abs() > raw * policy.min_change {
             reasons.push(format!(
                 "cpu is the mean of the last {hours} hours' targets ({} now): the hour of day does not move it",
@@ -1781,7 +1801,7 @@ mod tests {
                     );
                 }
             }
-            h.note_cpu_target(now, cores);
+            h.note_cpu_target(now, cores, policy.min_change);
         }
         let spread = |v: &[f64]| {
             v.iter().copied().fold(0.0, f64::max) / v.iter().copied().fold(f64::MAX, f64::min)
@@ -1801,15 +1821,73 @@ mod tests {
         assert_eq!(r.recommended.cpu, Some((cores * 1000.0).ceil() as i64));
         // Targets older than a day are dropped, and a later target replaces the hour's.
         let mut kept = fresh.clone();
-        kept.note_cpu_target(3 * DAY - 7200, 9.0);
-        kept.note_cpu_target(3 * DAY - 3000, 5.0);
-        kept.note_cpu_target(3 * DAY - 2000, 3.0);
-        kept.note_cpu_target(3 * DAY + 2 * DAY, 1.0);
+        kept.note_cpu_target(3 * DAY - 7200, 9.0, 0.1);
+        kept.note_cpu_target(3 * DAY - 3000, 5.0, 0.1);
+        kept.note_cpu_target(3 * DAY - 2000, 3.0, 0.1);
+        kept.note_cpu_target(3 * DAY + 2 * DAY, 1.0, 0.1);
         assert_eq!(kept.cpu_targets, vec![(5 * 24, 1.0)]);
         let mut kept = fresh;
-        kept.note_cpu_target(3 * DAY - 3000, 5.0);
-        kept.note_cpu_target(3 * DAY - 2000, 3.0);
-        assert_eq!(kept.cpu_target_over_day(3 * DAY, 1.0), (2.0, 2));
+        kept.note_cpu_target(3 * DAY - 3000, 5.0, 0.1);
+        kept.note_cpu_target(3 * DAY - 2000, 3.0, 0.1);
+        assert_eq!(kept.cpu_target_over_day(3 * DAY, 1.0, 0.1), (2.0, 2));
+        // A target above every one of the day by more than the jump is a new level: the
+        // request follows it at once, and the mean starts again from it.
+        assert_eq!(kept.cpu_target_over_day(3 * DAY, 3.4, 0.1), (3.4, 1));
+        kept.note_cpu_target(3 * DAY, 3.4, 0.1);
+        assert_eq!(kept.cpu_targets, vec![(72, 3.4)]);
+        assert_eq!(kept.cpu_target_over_day(3 * DAY + 3600, 3.0, 0.1), (3.2, 2));
+    }
+
+    #[test]
+    fn a_rise_to_a_new_level_is_followed_at_once_and_a_fall_over_the_day() {
+        // Two days flat at 0.2 cores, then flat at 1 core: the hour's target climbs as the
+        // new samples gain weight, and the request climbs with it, not a day behind.
+        let policy = policy();
+        let mut h = ContainerHistory::new(&policy, 0);
+        let far = current(5000, 500 * MIB);
+        let mut rising = Vec::new();
+        for hour in 0..(4 * 24i64) {
+            let level = if hour < 48 { 0.2 } else { 1.0 };
+            for m in 0..60 {
+                let t = (hour * 60 + m) * 60;
+                h.add_cpu(t, level);
+                h.add_memory(t, (500 * MIB) as f64);
+            }
+            let now = (hour + 1) * 3600 - 60;
+            let r = recommend(&h, far, &policy, &Context::default(), now);
+            let cores = r.cpu_target_cores.expect("a CPU target");
+            let applied = r.recommended.cpu.expect("a CPU request");
+            if (48..60).contains(&hour) {
+                rising.push((cores * 1000.0, applied));
+            }
+            h.note_cpu_target(now, cores, policy.min_change);
+        }
+        // The request reached the new level within the first hours of it.
+        assert!(rising.iter().any(|(_, a)| *a >= 1000), "{rising:?}");
+        let (last_target, last_applied) = rising[rising.len() - 1];
+        assert!(last_applied as f64 >= 0.9 * last_target, "{rising:?}");
+        // Back down: once the hour's target falls, the request follows over the day's
+        // mean, not at once.
+        let mut fell = None;
+        for hour in (4 * 24i64)..(7 * 24) {
+            for m in 0..60 {
+                let t = (hour * 60 + m) * 60;
+                h.add_cpu(t, 0.2);
+                h.add_memory(t, (500 * MIB) as f64);
+            }
+            let now = (hour + 1) * 3600 - 60;
+            let r = recommend(&h, far, &policy, &Context::default(), now);
+            let cores = r.cpu_target_cores.expect("a CPU target");
+            if cores < 0.5 && fell.is_none() {
+                fell = Some((cores, r.recommended.cpu.expect("a CPU request"), r.reasons));
+            }
+            h.note_cpu_target(now, cores, policy.min_change);
+        }
+        let (cores, applied, reasons) = fell.expect("the target falls within three days");
+        assert!(
+            applied as f64 > cores * 1000.0 * 1.5,
+            "{applied} vs {cores}: {reasons:?}"
+        );
     }
 
     #[test]

@@ -737,7 +737,7 @@ pub async fn recommend_workloads<S: UsageSource>(
             if let Some(cp) = checkpoints.get_mut(w) {
                 let mut history = pooled.history.clone();
                 if let Some(cores) = recommendation.cpu_target_cores {
-                    history.note_cpu_target(now, cores);
+                    history.note_cpu_target(now, cores, policy.min_change);
                 }
                 cp.containers.push(crate::usage::pool::CheckpointEntry {
                     namespace: w.namespace.clone(),
