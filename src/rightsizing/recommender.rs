@@ -193,20 +193,11 @@ impl ContainerHistory {
         let hour = now.div_euclid(3600);
         self.cpu_targets
             .retain(|(h, _)| *h > hour - CPU_TARGET_HOURS && *h < hour);
-        if self.new_cpu_level(cores, jump) {
+        // A new level (or the first target) starts the day's targets again.
+        if self.cpu_target_over_day(now, cores, jump).1 == 1 {
             self.cpu_targets.clear();
         }
         self.cpu_targets.push((hour, cores));
-    }
-
-    /// Whether `cores` is more than `jump` above every kept target (and there is one).
-    fn new_cpu_level(&self, cores: f64, jump: f64) -> bool {
-        let highest = self
-            .cpu_targets
-            .iter()
-            .map(|(_, c)| *c)
-            .fold(f64::NAN, f64::max);
-        highest.is_finite() && cores > highest * (1.0 + jump)
     }
 
     /// The request `cores` (the target of `now`) makes with the targets kept from the
@@ -815,7 +806,7 @@ pub fn recommend(
         let (day_mean, hours) = history.cpu_target_over_day(now, raw, policy.min_change);
         if hours > 1 && (day_mean - raw).abs() > raw * policy.min_change {
             reasons.push(format!(
-                "cpu is the mean of the last {hours} hours' targets ({} now): the hour of day does not move it",
+                "cpu is the mean of {hours} hourly targets of the last 24 hours ({} now): the hour of day does not move it",
                 format_milli((raw * 1000.0).ceil() as i64)
             ));
         }
@@ -1795,7 +1786,7 @@ mod tests {
                     assert!(
                         r.reasons
                             .iter()
-                            .any(|x| x.contains("mean of the last 24 hours")),
+                            .any(|x| x.contains("mean of 24 hourly targets of the last 24 hours")),
                         "{:?}",
                         r.reasons
                     );
