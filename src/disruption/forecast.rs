@@ -111,8 +111,10 @@ impl DemandHistory {
     }
 
     /// An empty history that, until it holds a day, expects each pool to need the most it
-    /// requested so far, rather than removing capacity at the first trough only to buy it
-    /// again at the next peak. For a run that starts with its history (the demo).
+    /// requested over the last horizon, rather than removing capacity at the first dip only
+    /// to buy it again within the hour. Only that far back: a peak of the morning held
+    /// through the afternoon and the night costs a day of the cluster's largest size before
+    /// the cycle is known. For a run that starts with its history (the demo).
     pub fn holding_the_peak_until_a_day() -> Self {
         DemandHistory {
             hold_peak: true,
@@ -143,7 +145,7 @@ impl DemandHistory {
     /// Per pool, the requests its nodes are expected to carry at the most within
     /// `[now, now + horizon]`. A pool whose history does not reach a day back has no entry,
     /// or, when the history holds the peak until a day, is expected to need the most it
-    /// requested so far; a pool without history has no entry.
+    /// requested within `[now - horizon, now]`; a pool without history has no entry.
     pub fn expected(&self, input: &Input, now: i64, horizon: i64) -> BTreeMap<String, Resources> {
         self.expected_within(input, now, horizon, self.hold_peak)
     }
@@ -347,9 +349,9 @@ impl DemandHistory {
                 );
                 grown = Some(grown.map_or(e, |g| (g.0.max(e.0), g.1.max(e.1))));
             }
-            // Until a day is recorded the cycle is unknown: the capacity needed since the
-            // history began is kept, rather than removed at the first trough and bought
-            // again at the next peak.
+            // Until a day is recorded the cycle is unknown: the capacity needed over the
+            // last horizon is kept, looking back as far as the cycle would look ahead,
+            // rather than removed at the first dip and bought again within the hour.
             let grown = grown.or_else(|| {
                 if !hold_peak {
                     return None;
@@ -358,6 +360,7 @@ impl DemandHistory {
                 (now - first.t >= RESOLUTION).then(|| {
                     points
                         .iter()
+                        .filter(|p| p.t >= now - horizon)
                         .fold((cpu, memory), |a, p| (a.0.max(p.cpu), a.1.max(p.memory)))
                 })
             });
@@ -571,7 +574,7 @@ mod tests {
     fn the_cycle_alone_expects_nothing_before_a_day_even_when_the_peak_is_held() {
         let mut history = DemandHistory::holding_the_peak_until_a_day();
         for h in 0..20 {
-            let cpu = if h == 3 { 9_000 } else { 4_000 };
+            let cpu = if h == 16 { 9_000 } else { 4_000 };
             history.record(&input(cpu, 8), h * 3600);
         }
         let now = 20 * 3600;
@@ -625,22 +628,30 @@ mod tests {
     }
 
     #[test]
-    fn before_a_day_of_history_the_most_requested_so_far_is_expected_when_held() {
+    fn before_a_day_of_history_the_most_requested_over_the_horizon_is_expected_when_held() {
         let mut history = DemandHistory::holding_the_peak_until_a_day();
         assert!(
             history.expected(&input(4_000, 8), 0, 6 * 3600).is_empty(),
             "no history, no expectation"
         );
         for h in 0..20 {
-            let cpu = if h == 10 { 9_000 } else { 4_000 };
+            let cpu = match h {
+                3 => 12_000,
+                16 => 9_000,
+                _ => 4_000,
+            };
             history.record(&input(cpu, 8), h * 3600);
         }
+        // Held: the peak of the last six hours (16:00), not the higher one of 03:00.
         let expected = history.expected(&input(4_000, 8), 20 * 3600, 6 * 3600);
         assert_eq!(expected["default"].get(&Dimension::Cpu), 9_000);
+        // Six hours past it, today's requests are all that is kept.
+        let expected = history.expected(&input(4_000, 8), 23 * 3600, 6 * 3600);
+        assert_eq!(expected["default"].get(&Dimension::Cpu), 4_000);
         // The agent's history (a restart starts it over) expects nothing before a day.
         let mut agent = DemandHistory::new();
         for h in 0..20 {
-            let cpu = if h == 10 { 9_000 } else { 4_000 };
+            let cpu = if h == 16 { 9_000 } else { 4_000 };
             agent.record(&input(cpu, 8), h * 3600);
         }
         assert!(

@@ -896,7 +896,7 @@ async fn run_paused(
         catalog_options: CatalogOptions::for_region(&scenario.region),
         settings: settings.agent(),
         // The run starts with its cluster, not a day of its cycle: until a day is known,
-        // the most it requested so far is kept.
+        // the most it requested over the last horizon is kept.
         demand: std::sync::Mutex::new(
             disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
         ),
