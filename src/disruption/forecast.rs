@@ -645,7 +645,7 @@ mod tests {
         // Held: the peak of the last six hours (16:00), not the higher one of 03:00.
         let expected = history.expected(&input(4_000, 8), 20 * 3600, 6 * 3600);
         assert_eq!(expected["default"].get(&Dimension::Cpu), 9_000);
-        // Six hours past it, today's requests are all that is kept.
+        // More than six hours past it, today's requests are all that is kept.
         let expected = history.expected(&input(4_000, 8), 23 * 3600, 6 * 3600);
         assert_eq!(expected["default"].get(&Dimension::Cpu), 4_000);
         // The agent's history (a restart starts it over) expects nothing before a day.
