@@ -188,8 +188,6 @@ pub struct Sample {
     pub memory_requested: f64,
     /// Memory used, GiB.
     pub memory_used: f64,
-    /// Nodes launched so far, the bring-up before the start included.
-    pub launches: u64,
     /// Recommendations applied so far.
     pub recommendations_applied: usize,
     /// Pending pods.
@@ -1404,7 +1402,6 @@ fn sample(
         cpu_used,
         memory_requested: memory as f64 / GIB,
         memory_used: mem_used / GIB,
-        launches: cloud.launches(),
         recommendations_applied: figures.applied,
         pending,
         evicted: figures.tailors_evictions(),
