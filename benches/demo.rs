@@ -11,8 +11,10 @@
 //! autonomous settings: horizon, headroom, lead, per-eviction, fraction, budget,
 //! consolidate-after, rightsizing-every, scale-down, memory-margin, cpu-margin, max-step, min-change,
 //! limits (keep or ratio); `--autonomous-only` skips the other two
-//! runs while tuning. Without `--bench` (as `cargo test --all-targets` runs
-//! it) a smoke run: one seed, one day.
+//! runs while tuning; `--by-day` prints each seed's cost day by day (every run, and
+//! autonomous against consolidation-only), and per seed set the median ratio on the first
+//! day, before right-sizing has a day of history, and on the days after. Without
+//! `--bench` (as `cargo test --all-targets` runs it) a smoke run: one seed, one day.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +33,42 @@ struct Outcome {
     autonomous: RunSummary,
     /// The autonomous run's workloads that had OOM kills: name and kills.
     oom_workloads: Vec<(String, u64)>,
+    /// USD spent each day (from the hourly samples) by recommend-only, consolidation-only
+    /// and autonomous, in that order.
+    by_day: Vec<[f64; 3]>,
+}
+
+/// The autonomous run's cost against consolidation-only's over `days` (indices).
+fn day_ratio(o: &Outcome, days: std::ops::Range<usize>) -> f64 {
+    let of = |r: usize| -> f64 {
+        o.by_day
+            .get(days.clone())
+            .unwrap_or(&[])
+            .iter()
+            .map(|d| d[r])
+            .sum()
+    };
+    of(2) / of(1)
+}
+
+/// `--by-day`'s figures per seed set.
+const BY_DAY: &[(&str, Read)] = &[
+    ("day 1: cost / consolidation-only", |o| day_ratio(o, 0..1)),
+    ("days 2-: cost / consolidation-only", |o| {
+        day_ratio(o, 1..o.by_day.len())
+    }),
+    ("day 1's share of the autonomous cost", |o| {
+        let total: f64 = o.by_day.iter().map(|d| d[2]).sum();
+        o.by_day.first().map_or(0.0, |d| d[2]) / total
+    }),
+];
+
+/// USD spent each day of a run: its hourly samples summed 24 at a time.
+fn cost_by_day(samples: &[world::Sample]) -> Vec<f64> {
+    samples
+        .chunks(24)
+        .map(|day| day.iter().map(|s| s.hourly_cost).sum())
+        .collect()
 }
 
 /// A figure of the autonomous run, how to read it from an outcome, and its target (the
@@ -169,12 +207,15 @@ fn run_seed(
 ) -> Outcome {
     let scenario = Scenario::mid_size(seed, days);
     let mut summaries = Vec::new();
+    let mut days_of = Vec::new();
     let mut oom_workloads = Vec::new();
     let runs = if autonomous_only {
         // Tuning: the other two runs do not depend on the autonomous settings; their
         // figures (and the cost ratios) read as zero.
         summaries.push(RunSummary::default());
         summaries.push(RunSummary::default());
+        days_of.push(Vec::new());
+        days_of.push(Vec::new());
         vec![autonomous(overrides)]
     } else {
         vec![
@@ -191,8 +232,13 @@ fn run_seed(
             .filter(|w| w.oom_kills > 0)
             .map(|w| (w.workload.clone(), w.oom_kills))
             .collect();
+        days_of.push(cost_by_day(&run.samples));
         summaries.push(run.summary);
     }
+    let day_count = days_of.iter().map(Vec::len).max().unwrap_or(0);
+    let by_day = (0..day_count)
+        .map(|d| std::array::from_fn(|r| days_of[r].get(d).copied().unwrap_or(0.0)))
+        .collect();
     let autonomous = summaries.pop().expect("three runs");
     let consolidation_only = summaries.pop().expect("three runs");
     let recommend_only = summaries.pop().expect("three runs");
@@ -202,6 +248,7 @@ fn run_seed(
         consolidation_only,
         autonomous,
         oom_workloads,
+        by_day,
     }
 }
 
@@ -228,6 +275,7 @@ fn main() {
         .map(|d| d.parse().expect("--threads: a number"))
         .unwrap_or(2);
     let autonomous_only = args.iter().any(|a| a == "--autonomous-only");
+    let show_days = args.iter().any(|a| a == "--by-day");
     let overrides: Vec<(String, String)> = args
         .iter()
         .enumerate()
@@ -293,6 +341,21 @@ fn main() {
                         o.autonomous.decisions_by_method,
                         o.autonomous.evictions_by_cause
                     );
+                    if show_days {
+                        let days: Vec<String> = o
+                            .by_day
+                            .iter()
+                            .enumerate()
+                            .map(|(d, [ro, co, au])| {
+                                format!("day {} {ro:.0}/{co:.0}/{au:.0} ({:.3})", d + 1, au / co)
+                            })
+                            .collect();
+                        println!(
+                            "      seed {} USD by day, recommend-only/consolidation-only/autonomous (autonomous/consolidation-only): {}",
+                            o.seed,
+                            days.join(", ")
+                        );
+                    }
                     if !o.oom_workloads.is_empty() {
                         println!("      seed {} OOM kills by workload: {:?}", o.seed, o.oom_workloads);
                     }
@@ -333,6 +396,14 @@ fn main() {
         for (name, value) in CONTEXT {
             let (lo, mid, hi) = min_median_max(of_set.iter().map(|o| value(o)).collect());
             println!("  {name:<40} {lo:>9.3} {mid:>9.3} {hi:>9.3}");
+        }
+        if show_days && !autonomous_only {
+            // The first day against the rest: right-sizing waits for a day of history, so
+            // the first day shows what consolidation and buying ahead do alone.
+            for (name, value) in BY_DAY {
+                let (lo, mid, hi) = min_median_max(of_set.iter().map(|o| value(o)).collect());
+                println!("  {name:<40} {lo:>9.3} {mid:>9.3} {hi:>9.3}");
+            }
         }
     }
 }
