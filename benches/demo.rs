@@ -12,8 +12,9 @@
 //! consolidate-after, rightsizing-every, scale-down, memory-margin, cpu-margin, max-step, min-change,
 //! limits (keep or ratio); `--autonomous-only` skips the other two
 //! runs while tuning; `--by-day` prints each seed's cost day by day (every run, and
-//! autonomous against consolidation-only), and per seed set the median ratio on the first
-//! day, before right-sizing has a day of history, and on the days after. Without
+//! autonomous against consolidation-only), and per seed set the minimum, median and
+//! maximum of that ratio on the first day, before right-sizing has a day of history, and
+//! on the days after, and of the first day's share of the autonomous cost. Without
 //! `--bench` (as `cargo test --all-targets` runs it) a smoke run: one seed, one day.
 
 use std::sync::Mutex;
