@@ -394,17 +394,16 @@ fn main() {
                 }
             );
         }
-        for (name, value) in CONTEXT {
+        // With --by-day, the first day against the rest: right-sizing waits for a day of
+        // history, so the first day shows what consolidation and buying ahead do alone.
+        let by_day: &[(&str, Read)] = if show_days && !autonomous_only {
+            BY_DAY
+        } else {
+            &[]
+        };
+        for (name, value) in CONTEXT.iter().chain(by_day) {
             let (lo, mid, hi) = min_median_max(of_set.iter().map(|o| value(o)).collect());
             println!("  {name:<40} {lo:>9.3} {mid:>9.3} {hi:>9.3}");
-        }
-        if show_days && !autonomous_only {
-            // The first day against the rest: right-sizing waits for a day of history, so
-            // the first day shows what consolidation and buying ahead do alone.
-            for (name, value) in BY_DAY {
-                let (lo, mid, hi) = min_median_max(of_set.iter().map(|o| value(o)).collect());
-                println!("  {name:<40} {lo:>9.3} {mid:>9.3} {hi:>9.3}");
-            }
         }
     }
 }
