@@ -56,7 +56,9 @@ pub async fn load<C: CloudProvider>(ctx: &Context<C>) {
                     newest = kept.newest().unwrap_or_default(),
                     "demand history read back"
                 );
-                *demand = kept;
+                // Holding the peak until a day is the run's setting, not the history's.
+                let hold = demand.holds_peak();
+                *demand = kept.with_peak_held(hold);
             }
         }
         Err(e) => tracing::warn!(

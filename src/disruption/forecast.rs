@@ -103,11 +103,26 @@ fn sample_at(points: &VecDeque<Point>, t: i64) -> Option<&Point> {
 
 impl DemandHistory {
     /// An empty history that expects nothing until it holds a day: a pool is expected to
-    /// need more than it requests now only once yesterday's cycle is known. The agent
-    /// keeps its history in memory, so a restart starts over, and holding the peak
-    /// before that would block consolidation for a day after every restart.
+    /// need more than it requests now only once yesterday's cycle is known. The agent's:
+    /// on a fresh install a scale-down is consolidated at once, as users of consolidation
+    /// expect, rather than held for hours by a peak whose cycle is not yet known. Its
+    /// history is kept across restarts (`controllers::demand`), so only the first day
+    /// after the install goes without a cycle.
     pub fn new() -> Self {
         DemandHistory::default()
+    }
+
+    /// Whether a pool whose history is shorter than a day is expected to need the most it
+    /// requested over the last horizon ([`DemandHistory::holding_the_peak_until_a_day`]).
+    pub fn holds_peak(&self) -> bool {
+        self.hold_peak
+    }
+
+    /// This history, holding the peak until a day or not as `hold` says: a history read
+    /// back ([`DemandHistory::from_json`]) keeps the setting of the one it replaces.
+    pub fn with_peak_held(mut self, hold: bool) -> Self {
+        self.hold_peak = hold;
+        self
     }
 
     /// An empty history that, until it holds a day, expects each pool to need the most it
@@ -246,7 +261,8 @@ impl DemandHistory {
     }
 
     /// A history read back from [`DemandHistory::to_json`]'s output, expecting nothing
-    /// until it holds a day (as [`DemandHistory::new`]). Points older than a week and a
+    /// until it holds a day (as [`DemandHistory::new`]; the setting is not saved, see
+    /// [`DemandHistory::with_peak_held`]). Points older than a week and a
     /// horizon before `now`, or after `now`, are dropped. An error names the pool, the
     /// point and what is wrong with it; nothing of a bad document is used.
     pub fn from_json(json: &str, now: i64) -> Result<Self, String> {
@@ -511,6 +527,30 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(again.pools["default"], old.pools["default"]);
+    }
+
+    #[test]
+    fn a_history_read_back_holds_the_peak_only_when_the_run_it_joins_does() {
+        let mut held = DemandHistory::holding_the_peak_until_a_day();
+        held.record(&input(10_000, 8), 0);
+        held.record(&input(4_000, 8), 3600);
+        let now = 2 * 3600;
+        let peak = |h: &DemandHistory| {
+            h.expected(&input(4_000, 8), now, 6 * 3600)
+                .get("default")
+                .map(|r| r.get(&Dimension::Cpu))
+        };
+        assert!(held.holds_peak());
+        assert_eq!(peak(&held), Some(10_000));
+        // The setting is not in the saved document: read back, the history expects
+        // nothing before a day...
+        let back = DemandHistory::from_json(&held.to_json(KEEP), now).expect("reads back");
+        assert!(!back.holds_peak());
+        assert_eq!(peak(&back), None);
+        // ... until the run that reads it says it holds the peak, as the demo does.
+        let joined = back.with_peak_held(true);
+        assert_eq!(peak(&joined), Some(10_000));
+        assert_eq!(peak(&joined.with_peak_held(false)), None);
     }
 
     #[test]
