@@ -37,6 +37,8 @@ struct Outcome {
     /// USD spent each day (from the hourly samples) by recommend-only, consolidation-only
     /// and autonomous, in that order.
     by_day: Vec<[f64; 3]>,
+    /// Nodes the autonomous run launched each day.
+    launches_by_day: Vec<u64>,
 }
 
 /// The autonomous run's cost against consolidation-only's over `days` (indices).
@@ -69,6 +71,21 @@ fn cost_by_day(samples: &[world::Sample]) -> Vec<f64> {
     samples
         .chunks(24)
         .map(|day| day.iter().map(|s| s.hourly_cost).sum())
+        .collect()
+}
+
+/// Nodes launched each day of a run: the growth of its hourly count, 24 samples at a time
+/// (launches before the first sample, in the run's first hour, count to the first day).
+fn launches_by_day(samples: &[world::Sample]) -> Vec<u64> {
+    let mut before = 0;
+    samples
+        .chunks(24)
+        .map(|day| {
+            let end = day.last().map_or(before, |s| s.launches);
+            let n = end.saturating_sub(before);
+            before = end;
+            n
+        })
         .collect()
 }
 
@@ -210,6 +227,7 @@ fn run_seed(
     let mut summaries = Vec::new();
     let mut days_of = Vec::new();
     let mut oom_workloads = Vec::new();
+    let mut launches = Vec::new();
     let runs = if autonomous_only {
         // Tuning: the other two runs do not depend on the autonomous settings; their
         // figures (and the cost ratios) read as zero.
@@ -234,6 +252,13 @@ fn run_seed(
             .map(|w| (w.workload.clone(), w.oom_kills))
             .collect();
         days_of.push(cost_by_day(&run.samples));
+        // The last run is the autonomous one; the hour after the last sample counts to
+        // the last day.
+        launches = launches_by_day(&run.samples);
+        let counted: u64 = launches.iter().sum();
+        if let Some(last) = launches.last_mut() {
+            *last += run.summary.launches.saturating_sub(counted);
+        }
         summaries.push(run.summary);
     }
     let day_count = days_of.iter().map(Vec::len).max().unwrap_or(0);
@@ -250,6 +275,7 @@ fn run_seed(
         autonomous,
         oom_workloads,
         by_day,
+        launches_by_day: launches,
     }
 }
 
@@ -355,6 +381,10 @@ fn main() {
                             "      seed {} USD by day, recommend-only/consolidation-only/autonomous (autonomous/consolidation-only): {}",
                             o.seed,
                             days.join(", ")
+                        );
+                        println!(
+                            "      seed {} autonomous launches by day: {:?}",
+                            o.seed, o.launches_by_day
                         );
                     }
                     if !o.oom_workloads.is_empty() {

@@ -196,6 +196,8 @@ pub struct Sample {
     pub evicted: usize,
     /// OOM kills so far.
     pub oom_kills: u64,
+    /// Nodes launched so far (the bring-up before the start aside).
+    pub launches: u64,
 }
 
 /// What one run did.
@@ -1003,7 +1005,14 @@ async fn run_paused(
             if let Some(until) = checkpoints_until(&o) {
                 usage.lock().forget_before(until);
             }
-            samples.push(sample(&o, &cloud, now, last_used.0, last_used.1, &figures));
+            samples.push(sample(
+                &o,
+                &cloud,
+                now,
+                &last_used,
+                &figures,
+                launched_before,
+            ));
             progress((step + 1) as f64 / steps as f64);
         }
         // Replica changes on the hour (the first step sets the cluster up).
@@ -1065,7 +1074,14 @@ async fn run_paused(
         metrics,
         settings.applies_rightsizing(),
     );
-    samples.push(sample(&o, &cloud, now, last_used.0, last_used.1, &figures));
+    samples.push(sample(
+        &o,
+        &cloud,
+        now,
+        &last_used,
+        &figures,
+        launched_before,
+    ));
     progress(1.0);
     for (_, (since, cause)) in std::mem::take(&mut figures.pending) {
         figures.count_pending(since, now, cause);
@@ -1369,9 +1385,9 @@ fn sample(
     o: &Objects,
     cloud: &SimulatedAzure,
     now: i64,
-    cpu_used: f64,
-    mem_used: f64,
+    (cpu_used, mem_used, _): &(f64, f64, BTreeMap<String, (f64, f64)>),
     figures: &Figures,
+    launched_before: u64,
 ) -> Sample {
     let mut nodes_by_type = BTreeMap::new();
     for n in o.nodes.values() {
@@ -1399,12 +1415,13 @@ fn sample(
         hourly_cost: cloud.hourly_cost(),
         nodes_by_type,
         cpu_requested: cpu as f64 / 1000.0,
-        cpu_used,
+        cpu_used: *cpu_used,
         memory_requested: memory as f64 / GIB,
         memory_used: mem_used / GIB,
         recommendations_applied: figures.applied,
         pending,
         evicted: figures.tailors_evictions(),
         oom_kills: figures.ooms,
+        launches: cloud.launches().saturating_sub(launched_before),
     }
 }
