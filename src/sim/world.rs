@@ -574,6 +574,8 @@ async fn control_plane(
 struct Figures {
     /// When the measured run starts (the bring-up before it counts in nothing).
     start: i64,
+    /// Nodes launched in the bring-up before the start.
+    launched_before: u64,
     /// Pods not started yet: since when, and why they were made.
     pending: BTreeMap<String, (i64, &'static str)>,
     latencies: Vec<f64>,
@@ -955,13 +957,13 @@ async fn run_paused(
         realised: 0.0,
         instances_seen: BTreeSet::new(),
         spot_interruptions: 0,
+        launched_before: 0,
     };
     let prices = crate::rightsizing::Prices::from_instance_types(&instance_types);
     let end = scenario.start + i64::from(scenario.days) * 86_400;
     let first = scenario.start - WARM_UP;
     let steps = (end - first) / scenario.step;
     let mut samples = Vec::new();
-    let mut launched_before = 0;
     let mut last_used: (f64, f64, BTreeMap<String, (f64, f64)>) = Default::default();
     for step in 0..steps {
         let now = first + step * scenario.step;
@@ -973,7 +975,7 @@ async fn run_paused(
             tokio::time::sleep(d).await;
         }
         if now == scenario.start {
-            launched_before = cloud.launches();
+            figures.launched_before = cloud.launches();
         }
         let since = now - scenario.start;
         // Azure runs out of one general-purpose size in every zone for half a day;
@@ -1005,14 +1007,7 @@ async fn run_paused(
             if let Some(until) = checkpoints_until(&o) {
                 usage.lock().forget_before(until);
             }
-            samples.push(sample(
-                &o,
-                &cloud,
-                now,
-                &last_used,
-                &figures,
-                launched_before,
-            ));
+            samples.push(sample(&o, &cloud, now, &last_used, &figures));
             progress((step + 1) as f64 / steps as f64);
         }
         // Replica changes on the hour (the first step sets the cluster up).
@@ -1074,14 +1069,7 @@ async fn run_paused(
         metrics,
         settings.applies_rightsizing(),
     );
-    samples.push(sample(
-        &o,
-        &cloud,
-        now,
-        &last_used,
-        &figures,
-        launched_before,
-    ));
+    samples.push(sample(&o, &cloud, now, &last_used, &figures));
     progress(1.0);
     for (_, (since, cause)) in std::mem::take(&mut figures.pending) {
         figures.count_pending(since, now, cause);
@@ -1153,8 +1141,8 @@ async fn run_paused(
             .iter()
             .map(|(cause, seconds)| (cause.to_string(), seconds / 3600.0))
             .collect(),
-        launches: cloud.launches().saturating_sub(launched_before),
-        launches_before_start: launched_before,
+        launches: cloud.launches().saturating_sub(figures.launched_before),
+        launches_before_start: figures.launched_before,
         claims_by_origin: figures
             .claims_by_origin
             .iter()
@@ -1387,7 +1375,6 @@ fn sample(
     now: i64,
     (cpu_used, mem_used, _): &(f64, f64, BTreeMap<String, (f64, f64)>),
     figures: &Figures,
-    launched_before: u64,
 ) -> Sample {
     let mut nodes_by_type = BTreeMap::new();
     for n in o.nodes.values() {
@@ -1422,6 +1409,6 @@ fn sample(
         pending,
         evicted: figures.tailors_evictions(),
         oom_kills: figures.ooms,
-        launches: cloud.launches().saturating_sub(launched_before),
+        launches: cloud.launches().saturating_sub(figures.launched_before),
     }
 }
