@@ -12,7 +12,8 @@
 //! consolidate-after, rightsizing-every, scale-down, memory-margin, cpu-margin, max-step, min-change,
 //! limits (keep or ratio); `--autonomous-only` skips the other two
 //! runs while tuning; `--by-day` prints each seed's cost day by day (every run, and
-//! autonomous against consolidation-only), and per seed set the minimum, median and
+//! autonomous against consolidation-only) and the autonomous run's launches by day, and
+//! per seed set the minimum, median and
 //! maximum of that ratio on the first day, before right-sizing has a day of history, and
 //! on the days after, and of the first day's share of the autonomous cost. Without
 //! `--bench` (as `cargo test --all-targets` runs it) a smoke run: one seed, one day.
@@ -74,8 +75,9 @@ fn cost_by_day(samples: &[world::Sample]) -> Vec<f64> {
         .collect()
 }
 
-/// Nodes launched each day of a run: the growth of its hourly count, 24 samples at a time
-/// (launches before the first sample, in the run's first hour, count to the first day).
+/// Nodes launched each day of a run: the growth of its count, 24 samples at a time
+/// (launches before the first sample count to the first day, and the run's last sample,
+/// taken at its end, holds all of them).
 fn launches_by_day(samples: &[world::Sample]) -> Vec<u64> {
     let mut before = 0;
     samples
@@ -252,13 +254,8 @@ fn run_seed(
             .map(|w| (w.workload.clone(), w.oom_kills))
             .collect();
         days_of.push(cost_by_day(&run.samples));
-        // The last run is the autonomous one; the hour after the last sample counts to
-        // the last day.
+        // The last run is the autonomous one.
         launches = launches_by_day(&run.samples);
-        let counted: u64 = launches.iter().sum();
-        if let Some(last) = launches.last_mut() {
-            *last += run.summary.launches.saturating_sub(counted);
-        }
         summaries.push(run.summary);
     }
     let day_count = days_of.iter().map(Vec::len).max().unwrap_or(0);

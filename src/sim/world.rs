@@ -1007,7 +1007,7 @@ async fn run_paused(
             if let Some(until) = checkpoints_until(&o) {
                 usage.lock().forget_before(until);
             }
-            samples.push(sample(&o, &cloud, now, &last_used, &figures));
+            samples.push(sample(&o, &cloud, now, last_used.0, last_used.1, &figures));
             progress((step + 1) as f64 / steps as f64);
         }
         // Replica changes on the hour (the first step sets the cluster up).
@@ -1069,7 +1069,7 @@ async fn run_paused(
         metrics,
         settings.applies_rightsizing(),
     );
-    samples.push(sample(&o, &cloud, now, &last_used, &figures));
+    samples.push(sample(&o, &cloud, now, last_used.0, last_used.1, &figures));
     progress(1.0);
     for (_, (since, cause)) in std::mem::take(&mut figures.pending) {
         figures.count_pending(since, now, cause);
@@ -1373,7 +1373,8 @@ fn sample(
     o: &Objects,
     cloud: &SimulatedAzure,
     now: i64,
-    (cpu_used, mem_used, _): &(f64, f64, BTreeMap<String, (f64, f64)>),
+    cpu_used: f64,
+    mem_used: f64,
     figures: &Figures,
 ) -> Sample {
     let mut nodes_by_type = BTreeMap::new();
@@ -1402,7 +1403,7 @@ fn sample(
         hourly_cost: cloud.hourly_cost(),
         nodes_by_type,
         cpu_requested: cpu as f64 / 1000.0,
-        cpu_used: *cpu_used,
+        cpu_used,
         memory_requested: memory as f64 / GIB,
         memory_used: mem_used / GIB,
         recommendations_applied: figures.applied,
