@@ -205,6 +205,7 @@ fn autonomous(overrides: &[(String, String)]) -> RunSettings {
             "cpu-margin" => s.policy.cpu.safety_margin_fraction = number(),
             "max-step" => s.policy.update.max_step_fraction = number(),
             "min-change" => s.policy.update.min_change_fraction = number(),
+            "minimum-history" => s.policy.minimum_history = value.clone(),
             "limits" => {
                 s.policy.limits = match value.as_str() {
                     "keep" => tailor::apis::LimitsPolicy::Keep,

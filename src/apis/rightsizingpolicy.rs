@@ -164,7 +164,7 @@ fn default_history_window() -> String {
     "336h".to_owned()
 }
 fn default_minimum_history() -> String {
-    "24h".to_owned()
+    "12h".to_owned()
 }
 fn default_half_life() -> String {
     "24h".to_owned()
@@ -400,7 +400,9 @@ pub struct RightsizingPolicySpec {
     #[serde(default = "default_history_window")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub history_window: String,
-    /// Least usage history a container needs before Tailor recommends for it.
+    /// Least usage history a container needs before its recommendation is applied; with
+    /// less it is reported, not actionable. Half a daily cycle by default; every change is
+    /// stepped (`update.maxStepFraction`), and an OOM kill raises memory at once.
     #[serde(default = "default_minimum_history")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub minimum_history: String,
@@ -512,7 +514,7 @@ mod tests {
         assert_eq!(spec.cpu.upper_percentile, 0.95);
         assert_eq!(spec.memory.percentile, 0.9);
         assert_eq!(spec.history_window()?, SignedDuration::from_hours(336));
-        assert_eq!(spec.minimum_history()?, SignedDuration::from_hours(24));
+        assert_eq!(spec.minimum_history()?, SignedDuration::from_hours(12));
         assert_eq!(spec.half_life()?, SignedDuration::from_hours(24));
         assert_eq!(spec.update.mode, UpdateMode::InPlace);
         assert_eq!(spec.update.max_step_fraction, 0.5);

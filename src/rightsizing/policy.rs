@@ -117,7 +117,7 @@ impl Default for Policy {
             cpu_margin: 0.0,
             memory_margin: 0.04,
             history_window: 14 * 86_400,
-            minimum_history: 86_400,
+            minimum_history: 12 * 3600,
             half_life: 86_400,
             max_step: 0.5,
             min_change: 0.1,
