@@ -52,9 +52,15 @@ fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
         f(&au["totalCost"]) < f(&ro["totalCost"]),
         "autonomous spends less than recommend-only: {v}"
     );
-    // Over two days autonomous does not yet spend less than consolidation-only: right-sizing
-    // starts after a day of history, and until a day of the cycle is known the capacity
-    // needed so far is kept. The week-long comparison is `cargo bench --bench demo`'s.
+    // Over two days autonomous spends less than consolidation-only too, though its first
+    // day costs more: right-sizing starts after 12 hours of history, and until a day of the
+    // cycle is known the capacity needed over the last hours is kept. On this seed the
+    // 7-day bench's first two days cost 570 USD against 725; the week-long comparison is
+    // `cargo bench --bench demo`'s.
+    assert!(
+        f(&au["totalCost"]) < f(&co["totalCost"]),
+        "autonomous spends less than consolidation-only over two days: {v}"
+    );
     assert_eq!(
         v["consolidationOnly"]["mode"].as_str(),
         Some("consolidation-only")
