@@ -1058,7 +1058,10 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
     agent.wait_ready().await;
     cp.apply_yaml(&deployment("web", 24, "1500m", "2Gi", ""))
         .await;
-    cp.apply_yaml(&pdb("web", "minAvailable: 5")).await;
+    // Two disruptions allowed once web is down to 6: after the scale-down the ReplicaSet
+    // leaves web's pods spread over the nodes (it deletes from the fullest node first), and a
+    // node of the packing's smaller sizes holds one or two of them.
+    cp.apply_yaml(&pdb("web", "minAvailable: 4")).await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     wait_running(&pods, 24, 120).await;
     // The protected pod lands last, on whatever node has room.
@@ -1093,7 +1096,7 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
     let cost_before = node_cost(&before);
 
     scale(&cp, "web", 6).await;
-    // Watch the PDB while consolidation runs: never fewer than 5 ready web pods.
+    // Watch the PDB while consolidation runs: never fewer than 4 ready web pods.
     // Run until the node set has not changed for 40 s (or 4 minutes pass), watching the PDB.
     let mut lowest = usize::MAX;
     let start = std::time::Instant::now();
@@ -1117,12 +1120,12 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
     let after = list(&nodes).await;
     let cost_after = node_cost(&after);
     println!(
-        "consolidation: {} nodes at {cost_before:.4} $/hour -> {} nodes at {cost_after:.4} $/hour; lowest ready web pods {lowest} (PDB minAvailable 5)",
+        "consolidation: {} nodes at {cost_before:.4} $/hour -> {} nodes at {cost_after:.4} $/hour; lowest ready web pods {lowest} (PDB minAvailable 4)",
         before.len(),
         after.len()
     );
-    // Every node whose pods fit elsewhere is gone; the node holding the six web pods stays,
-    // because moving them all at once would need more than the PDB's one disruption.
+    // Every node whose pods fit elsewhere within the PDB is gone; a node holding more web
+    // pods than the PDB's two disruptions stays, as moving them would break it.
     assert!(
         after.len() < before.len(),
         "no node removed\n{}",
@@ -1138,7 +1141,7 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
         7,
         "every pod runs after consolidation"
     );
-    assert!(lowest >= 5, "the PDB was violated: {lowest} ready");
+    assert!(lowest >= 4, "the PDB was violated: {lowest} ready");
     let still = pods
         .get(&kept.name_any())
         .await
