@@ -213,13 +213,7 @@ pub fn pack(types: &[BinType], classes: &[PodClass]) -> Option<Vec<Bin>> {
     }
     // Each node takes the cheapest type that holds what it got.
     for bin in &mut bins {
-        let need = bin_need(classes, bin);
-        if let Some((t, _)) = types
-            .iter()
-            .enumerate()
-            .filter(|(_, ty)| fits(&need, &ty.alloc))
-            .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then(a.0.cmp(&b.0)))
-        {
+        if let Some((t, _)) = cheapest_holding(types, &bin_need(classes, bin)) {
             bin.bin_type = t;
         }
     }
@@ -238,6 +232,16 @@ fn bin_need(classes: &[PodClass], bin: &Bin) -> ResV {
     need
 }
 
+/// The cheapest type (index and price) that holds `need`; the first listed on a tie.
+fn cheapest_holding(types: &[BinType], need: &ResV) -> Option<(usize, f64)> {
+    types
+        .iter()
+        .enumerate()
+        .filter(|(_, ty)| fits(need, &ty.alloc))
+        .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then(a.0.cmp(&b.0)))
+        .map(|(t, ty)| (t, ty.price))
+}
+
 /// Merges the cheapest nodes of a packing into one while a type holds what they hold for
 /// less than they cost together (the per-node tie-break counts: equal prices merge). Node
 /// by node, a packing ends in leftovers: a few small nodes, each the cheapest type for its
@@ -254,14 +258,6 @@ fn merge_cheapest(types: &[BinType], classes: &[PodClass], bins: &mut Vec<Bin>) 
             *l = (*l).max(*a);
         }
     }
-    let cheapest_holding = |need: &ResV| {
-        types
-            .iter()
-            .enumerate()
-            .filter(|(_, ty)| fits(need, &ty.alloc))
-            .min_by(|a, b| a.1.price.total_cmp(&b.1.price).then(a.0.cmp(&b.0)))
-            .map(|(t, ty)| (t, ty.price))
-    };
     while bins.len() >= 2 {
         // Stable: bins of one price keep their order.
         bins.sort_by(|a, b| types[a.bin_type].price.total_cmp(&types[b.bin_type].price));
@@ -279,7 +275,7 @@ fn merge_cheapest(types: &[BinType], classes: &[PodClass], bins: &mut Vec<Bin>) 
             if k == 0 {
                 continue;
             }
-            if let Some((t, price)) = cheapest_holding(&need)
+            if let Some((t, price)) = cheapest_holding(types, &need)
                 && price < cost
             {
                 best = Some((k + 1, t));
