@@ -10,6 +10,7 @@
 //! set), `--days 7`, `--threads 2`, and `--set key=value` (repeated) to try other
 //! autonomous settings: horizon, headroom, lead, per-eviction, fraction, budget,
 //! consolidate-after, rightsizing-every, scale-down, memory-margin, cpu-margin, max-step, min-change,
+//! minimum-history (a duration such as 12h),
 //! limits (keep or ratio); `--autonomous-only` skips the other two
 //! runs while tuning; `--by-day` prints each seed's cost day by day (every run, and
 //! autonomous against consolidation-only) and the autonomous run's launches by day, and
