@@ -51,6 +51,9 @@ enum Set {
     /// A fourth held-out set, from seeds first generated after the CPU starvation budget
     /// was chosen on the tuning set.
     Fourth,
+    /// A fifth held-out set, from seeds first generated after the budget, the percentile
+    /// floor and the burst headroom were chosen together on the tuning set.
+    Fifth,
 }
 
 impl Set {
@@ -61,6 +64,7 @@ impl Set {
             Set::Fresh => "held-out-2",
             Set::Third => "held-out-3",
             Set::Fourth => "held-out-4",
+            Set::Fifth => "held-out-5",
         }
     }
 
@@ -72,18 +76,20 @@ impl Set {
             Set::Fresh => 47_000_000,
             Set::Third => 83_000_000,
             Set::Fourth => 131_000_000,
+            Set::Fifth => 211_000_000,
         };
         base + 1000 * (shape as u64 + 1) + i
     }
 }
 
 /// Every set, in report order.
-const SETS: [Set; 5] = [
+const SETS: [Set; 6] = [
     Set::Tuning,
     Set::HeldOut,
     Set::Fresh,
     Set::Third,
     Set::Fourth,
+    Set::Fifth,
 ];
 
 /// A generated container, split into what training sees and what is scored.
@@ -105,7 +111,8 @@ fn main() {
     let full = args.iter().any(|a| a == "--bench");
     // Tuning aids, for the tuning set only: `--tailor-cpu P,MARGIN` trains Tailor with
     // another CPU percentile and margin than its defaults, `--starvation-budget B` with
-    // another CPU starvation budget, `--half-life S` with another sample half-life,
+    // another CPU starvation budget, `--burst-headroom H|off` with another burst guard
+    // headroom (or none), `--half-life S` with another sample half-life,
     // `--memory-trend` with rising memory peaks projected;
     // `--sweep` prints the trade-off over a grid of them on the tuning set and stops.
     // An analysis aid, for all sets: `--oracle-demand` trains all three recommenders on the
@@ -128,6 +135,15 @@ fn main() {
     }
     if let Some(v) = value("--starvation-budget") {
         policy.cpu_starvation_budget = v.parse().expect("a share");
+        tuned = true;
+    }
+    if let Some(v) = value("--burst-headroom") {
+        policy.cpu_burst = match v.as_str() {
+            "off" => None,
+            h => policy
+                .cpu_burst
+                .map(|(p, _)| (p, h.parse().expect("a headroom or off"))),
+        };
         tuned = true;
     }
     if let Some(v) = value("--half-life") {
@@ -547,9 +563,9 @@ fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
         "{:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}",
         "budget", "floor", "burst", "cpu/vpa", "mem/vpa", "mem risk", "starved"
     );
-    for budget in [0.0, 0.05, 0.06, 0.07, 0.075, 0.08, 0.085, 0.09, 0.1] {
-        for floor in [0.5, 0.7] {
-            for burst in [true, false] {
+    for budget in [0.065, 0.07, 0.0725, 0.075] {
+        for floor in [0.5, 0.6, 0.7] {
+            for burst in [Some(2.0), Some(2.5), Some(3.0), None] {
                 let defaults = Policy::default();
                 let policy = Policy {
                     cpu_starvation_budget: budget,
@@ -558,7 +574,7 @@ fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
                         defaults.cpu_percentiles.1,
                         defaults.cpu_percentiles.2,
                     ),
-                    cpu_burst: if burst { defaults.cpu_burst } else { None },
+                    cpu_burst: burst.and_then(|h| defaults.cpu_burst.map(|(p, _)| (p, h))),
                     ..defaults
                 };
                 let mut total = Score::default();
@@ -567,7 +583,8 @@ fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
                     total.add(&score(rec, observed(c), step));
                 }
                 println!(
-                    "{budget:>7.3} {floor:>6.2} {burst:>6} {:>8.3}x {:>8.3}x {:>8.3}% {:>8.3}%{}",
+                    "{budget:>7.3} {floor:>6.2} {:>6} {:>8.3}x {:>8.3}x {:>8.3}% {:>8.3}%{}",
+                    burst.map_or("off".to_string(), |h| format!("{h}")),
                     total.waste_core_hours / vpa.waste_core_hours,
                     total.waste_gib_hours / vpa.waste_gib_hours,
                     100.0 * total.memory_risk(),

@@ -558,7 +558,11 @@ mod tests {
         );
         assert_eq!(
             default_of(at(spec, &["cpu", "percentile"])),
-            Some(&Value::from(0.7))
+            Some(&Value::from(0.5))
+        );
+        assert_eq!(
+            default_of(at(spec, &["cpu", "burstHeadroom"])),
+            Some(&Value::from(3.0))
         );
         assert_eq!(
             default_of(at(spec, &["historyWindow"])),

@@ -131,7 +131,7 @@ fn default_resources() -> Vec<ResourceKind> {
     vec![ResourceKind::Cpu, ResourceKind::Memory]
 }
 fn default_cpu_percentile() -> f64 {
-    0.7
+    0.5
 }
 fn default_cpu_margin() -> f64 {
     0.0
@@ -190,9 +190,10 @@ fn default_oom_min_bump() -> Quantity {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.lowerPercentile <= self.percentile && self.percentile <= self.upperPercentile").message("percentiles must satisfy lowerPercentile <= percentile <= upperPercentile"))]
 pub struct CpuPolicy {
-    /// Percentile of decayed CPU usage samples that becomes the request (0 to 1): the
-    /// sustained level. CPU is compressible, so bursts above it borrow the node's slack
-    /// (see `burstPercentile`).
+    /// Percentile of decayed CPU usage samples the request covers at least (0 to 1): the
+    /// sustained level. Above it the request rises to where covering more samples would
+    /// waste more than it spares; CPU is compressible, so bursts above the request borrow
+    /// the node's slack (see `burstPercentile`).
     #[serde(default = "default_cpu_percentile")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub percentile: f64,
@@ -236,7 +237,7 @@ pub struct CpuPolicy {
 }
 
 fn default_burst_headroom() -> f64 {
-    2.0
+    3.0
 }
 
 impl Default for CpuPolicy {
@@ -505,7 +506,7 @@ mod tests {
         assert_eq!(spec, &RightsizingPolicySpec::default());
         assert_eq!(spec.mode, Mode::Recommend);
         assert!(spec.covers(ResourceKind::Cpu) && spec.covers(ResourceKind::Memory));
-        assert_eq!(spec.cpu.percentile, 0.7);
+        assert_eq!(spec.cpu.percentile, 0.5);
         assert_eq!(spec.cpu.burst_percentile, Some(0.99));
         assert_eq!(spec.cpu.safety_margin_fraction, 0.0);
         assert_eq!(spec.memory.peak_days, 7);

@@ -1204,12 +1204,16 @@ mod tests {
     /// The default policy without the maximum step, with CPU sized by the percentile alone
     /// (the starvation weight and budget have their own tests) and a 10% CPU margin (the
     /// default has none), so that the tests can tell the margin's share of a request from
-    /// the level under it.
+    /// the level under it. The percentile (70th) and the burst guard (the 99th within
+    /// twice the request) are fixed here, not taken from the defaults, which are tuned on
+    /// the backtest: the tests check the mechanisms.
     fn policy() -> Policy {
         Policy {
             max_step: 0.0,
             cpu_starvation_weight: 0.0,
             cpu_margin: 0.1,
+            cpu_percentiles: (0.7, 0.5, 0.95),
+            cpu_burst: Some((0.99, 2.0)),
             ..Policy::default()
         }
     }
