@@ -374,8 +374,11 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     assert_eq!(web["current"]["requests"]["cpu"], "2");
 
     // CPU: 5-minute mean usage every 5 minutes, decay-weighted (the web's over both
-    // replicas). The floor is the 70th percentile, raised to half the 99th if that at most
-    // doubles it (no CPU margin by default).
+    // replicas). The floor is the default policy's percentile (the median), raised to the
+    // burst percentile (99th) over the burst headroom if that at most doubles it (no CPU
+    // margin by default).
+    let defaults = tailor::rightsizing::Policy::default();
+    let (burst_p, headroom) = defaults.cpu_burst.expect("the burst guard is on by default");
     let start = f.end - 2 * DAY;
     let five_minute_means = |bases: &[f64]| -> Vec<(i64, f64)> {
         let mut cpu = Vec::new();
@@ -389,9 +392,9 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     };
     let fleet = [five_minute_means(&[0.4, 0.6]), five_minute_means(&[1.0])];
     let floor = |cpu: &[(i64, f64)]| {
-        let body = weighted_percentile(cpu, start, 0.7);
-        let burst = weighted_percentile(cpu, start, 0.99) / 2.0;
-        if burst <= 2.0 * body {
+        let body = weighted_percentile(cpu, start, defaults.cpu_percentiles.0);
+        let burst = weighted_percentile(cpu, start, burst_p) / headroom;
+        if burst <= defaults.cpu_burst_cap * body {
             body.max(burst)
         } else {
             body
@@ -400,9 +403,9 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     // Above the floor, both containers (the policy's fleet) are sized under one price on
     // a starved share: each request is the level minimising its decay-weighted waste in
     // cores plus the price times its share of samples above, and the price is the lowest
-    // at which the fleet (each container weighing by its samples) leaves at most 7% of
-    // its samples above. Found exactly here over the samples' own values; Tailor finds
-    // it over 5% buckets.
+    // at which the fleet (each container weighing by its samples) leaves at most the
+    // default budget (7.25%) of its samples above. Found exactly here over the samples'
+    // own values; Tailor finds it over 5% buckets.
     let level = |cpu: &[(i64, f64)], price: f64| {
         let lowest = floor(cpu);
         cpu.iter()
@@ -427,7 +430,7 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     let (mut lo, mut hi): (f64, f64) = (1e-6, 1e3);
     for _ in 0..60 {
         let mid: f64 = (lo * hi).sqrt();
-        if starved(mid) > 0.07 {
+        if starved(mid) > defaults.cpu_starvation_budget {
             lo = mid
         } else {
             hi = mid
@@ -435,7 +438,7 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     }
     let best = level(&fleet[0], hi) * 1000.0;
     let web_floor = floor(&fleet[0]) * 1000.0;
-    // At midnight the 70th percentile (570m) is well short of that level.
+    // At midnight the median is well short of that level.
     assert!(best > web_floor * 1.2, "{best} vs {web_floor}");
     let got_cpu = cpu_milli(&web["recommended"]["requests"]["cpu"]);
     assert!(
