@@ -540,7 +540,7 @@ fn fleets<'a>(
 }
 
 /// Tailor's overall figures on the tuning set over a grid of CPU starvation budgets,
-/// percentile floors and burst guards, beside VPA's and KRR's: the trade-off curve the
+/// percentile floors and burst headrooms, beside VPA's and KRR's: the trade-off curve the
 /// default budget was chosen from.
 fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
     let mut baselines: BTreeMap<Algorithm, Score> = BTreeMap::new();

@@ -378,7 +378,9 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     // burst percentile (99th) over the burst headroom if that at most doubles it (no CPU
     // margin by default).
     let defaults = tailor::rightsizing::Policy::default();
-    let (burst_p, headroom) = defaults.cpu_burst.expect("the burst guard is on by default");
+    let (burst_p, headroom) = defaults
+        .cpu_burst
+        .expect("the burst guard is on by default");
     let start = f.end - 2 * DAY;
     let five_minute_means = |bases: &[f64]| -> Vec<(i64, f64)> {
         let mut cpu = Vec::new();
