@@ -11,8 +11,9 @@ pub const MAX_PEAK_DAYS: u32 = 14;
 /// is at least the level minimising `waste / mean + weight * starved share` over the
 /// decayed usage histogram
 /// (`DecayingHistogram::level_minimising_waste_and_starvation`). Chosen on the backtest's
-/// tuning seeds with the default CPU margin of 0 and throttled demand estimated as
-/// `usage * (1 + share / 2)`: 1.5 starved 9.3% of the samples, more than KRR's 8.6%; 1.75
+/// tuning seeds with the default CPU margin of 0, throttled demand estimated as
+/// `usage * (1 + share / 2)`, and the floor (p70) and burst headroom (2) of that time,
+/// before the fleet's budget: 1.5 starved 9.3% of the samples, more than KRR's 8.6%; 1.75
 /// starves 7.8% at 0.66x VPA's CPU waste (on the held-out seeds 7.4% and 0.74x).
 pub const DEFAULT_CPU_STARVATION_WEIGHT: f64 = 1.75;
 
