@@ -862,6 +862,45 @@ spec:
   update: {mode: OnCreate, maxStepFraction: 1.0}
 "#;
 
+/// Waits until a dry-run creation of a copy of a pod whose name starts with `prefix` comes
+/// back from admission with `requests`: the agent's webhook then serves the recommendation.
+/// Nothing is stored, so the workload's pods are as they were.
+async fn webhook_serves(
+    cp: &ControlPlane,
+    prefix: &str,
+    requests: &BTreeMap<String, String>,
+    within: Duration,
+) {
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let template = list(&pods)
+        .await
+        .into_iter()
+        .find(|p| p.name_any().starts_with(prefix))
+        .expect("a pod to copy");
+    let mut copy = Pod {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some(prefix.to_string()),
+            labels: template.metadata.labels.clone(),
+            owner_references: template.metadata.owner_references.clone(),
+            ..Default::default()
+        },
+        spec: template.spec.clone(),
+        status: None,
+    };
+    if let Some(spec) = copy.spec.as_mut() {
+        spec.node_name = None;
+    }
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually(within, "the webhook serving the recommendation", || async {
+        let admitted = pods.create(&dry_run, &copy).await.ok()?;
+        (&pod_resources(&admitted).0 == requests).then_some(())
+    })
+    .await;
+}
+
 /// Deletes one pod whose name starts with `prefix` and waits for its replacement (a pod of
 /// that prefix whose uid is new); returns the replacement.
 async fn replace_one_pod(cp: &ControlPlane, prefix: &str, within: Duration) -> Pod {
@@ -955,8 +994,14 @@ async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and
         requests("500m", "512Mi"),
         "a change not to make"
     );
-    // The agent's stores see the Recommendations as the API server does.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The agent's stores lag the API server (a watch can expire and back off while the
+    // cluster is busy): wait until its webhook serves the web recommendation, asked through
+    // dry-run creations that the API server sends to the webhook but never stores.
+    webhook_serves(&cp, "web-", &web_target, Duration::from_secs(30)).await;
+    let patched_before = metric(
+        &agent.metrics().await,
+        "tailor_webhook_requests_total{outcome=\"patched\"",
+    );
 
     // A new web pod is created with the recommendation; the running one is left as it is
     // (OnCreate does not resize).
@@ -977,7 +1022,7 @@ async fn in_auto_mode_new_pods_get_the_recommended_requests_from_the_webhook_and
         metric(
             &metrics,
             "tailor_webhook_requests_total{outcome=\"patched\""
-        ) >= 1.0,
+        ) >= patched_before + 1.0,
         "{metrics}"
     );
     assert!(

@@ -107,6 +107,67 @@ impl ControlPlane {
             Some(())
         })
         .await;
+        self.wait_for_watch_caches().await;
+    }
+
+    /// Waits until the API server serves a watch of every Tailor kind from a fresh list's
+    /// resourceVersion. A CRD's watch cache starts a moment after the CRD is established, and
+    /// a client that listed before then is told its version is too old and relists after a
+    /// backoff. On a cluster where the CRDs were installed long ago that never happens; the
+    /// tests start the agent on a cluster in that state.
+    async fn wait_for_watch_caches(&self) {
+        use futures::StreamExt;
+        use kube::api::{DynamicObject, ListParams, WatchEvent, WatchParams};
+        use kube::discovery::ApiResource;
+        let kinds: Vec<ApiResource> = tailor::apis::crds()
+            .into_iter()
+            .map(|c| {
+                let version = c
+                    .spec
+                    .versions
+                    .iter()
+                    .find(|v| v.storage)
+                    .expect("a storage version")
+                    .name
+                    .clone();
+                ApiResource {
+                    api_version: format!("{}/{version}", c.spec.group),
+                    group: c.spec.group.clone(),
+                    version,
+                    kind: c.spec.names.kind.clone(),
+                    plural: c.spec.names.plural.clone(),
+                }
+            })
+            .collect();
+        let warm = |resource: ApiResource| async move {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+            eventually(
+                Duration::from_secs(30),
+                &format!("the API server's watch cache of {}", resource.kind),
+                || async {
+                    let version = api
+                        .list_metadata(&ListParams::default().limit(1))
+                        .await
+                        .ok()?
+                        .metadata
+                        .resource_version?;
+                    let stream = api
+                        .watch(&WatchParams::default().timeout(1), &version)
+                        .await
+                        .ok()?;
+                    let first = tokio::time::timeout(Duration::from_secs(3), stream.boxed().next())
+                        .await
+                        .ok()?;
+                    match first {
+                        None | Some(Ok(WatchEvent::Bookmark(_))) => Some(()),
+                        Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => None,
+                        Some(Ok(_)) => Some(()),
+                    }
+                },
+            )
+            .await
+        };
+        futures::future::join_all(kinds.into_iter().map(warm)).await;
     }
 
     /// Creates the objects of a multi-document YAML text, in order.
