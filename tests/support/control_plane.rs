@@ -158,11 +158,9 @@ impl ControlPlane {
                     let first = tokio::time::timeout(Duration::from_secs(3), stream.boxed().next())
                         .await
                         .ok()?;
-                    match first {
-                        None | Some(Ok(WatchEvent::Bookmark(_))) => Some(()),
-                        Some(Ok(WatchEvent::Error(_))) | Some(Err(_)) => None,
-                        Some(Ok(_)) => Some(()),
-                    }
+                    // A refused watch answers with an error; a served one with nothing
+                    // (no change within the second) or with events.
+                    (!matches!(first, Some(Ok(WatchEvent::Error(_)) | Err(_)))).then_some(())
                 },
             )
             .await
