@@ -201,6 +201,13 @@ pub struct RunArgs {
     #[arg(long, env = "TAILOR_GC_INTERVAL", default_value = "30s", value_parser = parse_std_duration)]
     pub gc_interval: Duration,
 
+    /// Multiplies the protocol timers (the leader-election Lease, disruption's validation
+    /// delay and evaluation interval, the provisioner's re-plan cover) by this factor, in
+    /// `(0, 1]`. For end-to-end tests, which then see the same sequence of events sooner;
+    /// production runs at 1.
+    #[arg(long, env = "TAILOR_TIMER_SCALE", default_value = "1", value_parser = parse_timer_scale, hide = true)]
+    pub timer_scale: f64,
+
     /// `--cloud azure`: where and how nodes are made.
     #[command(flatten)]
     pub azure: AzureNodeArgs,
@@ -294,6 +301,23 @@ fn parse_std_duration(s: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
+/// Parses `--timer-scale`: a factor in `(0, 1]`.
+fn parse_timer_scale(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("{s:?} is not a factor in (0, 1]")),
+    }
+}
+
+/// The leader-election Lease's duration and renew grace (seconds) at `scale`: 15 s and 5 s,
+/// as client-go's defaults, shrunk for tests but never below 4 s and 2 s, so that a renewal
+/// has two seconds to spare on a loaded machine.
+fn lease_timing(scale: f64) -> (u64, u64) {
+    let duration = ((15.0 * scale).round() as u64).max(4);
+    let grace = ((5.0 * scale).round() as u64).clamp(2, duration - 2);
+    (duration, grace)
+}
+
 /// The identity this replica campaigns under: `$POD_NAME` (the chart passes it through the
 /// downward API), else the hostname with a random suffix.
 fn identity() -> String {
@@ -350,6 +374,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         kwok_no_capacity,
         unavailable_offerings_ttl,
         gc_interval,
+        timer_scale,
         azure,
     } = args;
     if rightsizing_interval.is_zero() {
@@ -400,6 +425,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         &namespace,
         &leader_election_name,
         &identity,
+        lease_timing(timer_scale),
         &metrics,
     )
     .await?;
@@ -421,6 +447,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         webhook: webhook_address.is_some(),
         headroom_lead: i64::try_from(headroom_lead.as_secs()).unwrap_or(i64::MAX),
         cost_aware: packing == PackingArg::CostAware,
+        timers: controllers::Timers::scaled(timer_scale),
         ..Settings::default()
     }
     .with_consolidation(consolidation);
@@ -798,13 +825,14 @@ async fn elect(
     namespace: &str,
     name: &str,
     identity: &str,
+    (duration, grace): (u64, u64),
     metrics: &Metrics,
 ) -> Result<watch::Receiver<bool>> {
     let manager = LeaseManagerBuilder::new(client.clone(), name)
         .with_namespace(namespace)
         .with_identity(identity)
-        .with_duration(15)
-        .with_grace(5)
+        .with_duration(duration)
+        .with_grace(grace)
         .build()
         .await
         .map_err(|e| CliError::Input(format!("leader election lease {namespace}/{name}: {e}")))?;
@@ -852,4 +880,22 @@ pub(crate) fn record_catalog(metrics: &Metrics, types: &[crate::model::InstanceT
         metrics.set_catalog_instance_types(capacity.as_str(), offered);
     }
     metrics.set_catalog_updated(jiff::Timestamp::now().as_second());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timer_scale_shrinks_the_lease_but_keeps_it_renewable() {
+        assert_eq!(lease_timing(1.0), (15, 5), "client-go's defaults");
+        assert_eq!(lease_timing(0.2), (4, 2));
+        assert_eq!(lease_timing(0.5), (8, 3));
+        assert_eq!(lease_timing(0.01), (4, 2), "never below 4 s and 2 s");
+        assert!(parse_timer_scale("0.2").is_ok());
+        for bad in ["0", "-1", "1.5", "fast"] {
+            let e = parse_timer_scale(bad).expect_err(bad);
+            assert!(e.contains(bad), "{e}");
+        }
+    }
 }

@@ -36,20 +36,13 @@ use super::{Context, reference};
 use crate::apis::nodeclaim::condition;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::cloud::CloudProvider;
-use crate::disruption::controller::{
-    DEFAULT_VALIDATION_DELAY, InFlight, Progress, Validation, progress,
-};
+use crate::disruption::controller::{InFlight, Progress, Validation, progress};
 use crate::disruption::{self, Decision};
 use crate::provisioning::Mode;
 use crate::state::Snapshot;
 
-/// How often the controller evaluates.
-const INTERVAL: Duration = Duration::from_secs(5);
 /// A recommend-only decision is reported again after this long, not on every pass.
 const REPORT_AGAIN: SignedDuration = SignedDuration::from_mins(10);
-/// Every decision of every pool (the savings available, the blocked nodes, the
-/// recommend-only reports) is evaluated this often; what to carry out, on every pass.
-const SUMMARY_EVERY: SignedDuration = SignedDuration::from_secs(30);
 /// The summary waits at least this many times as long as the last one took: it takes at
 /// most about a tenth of the controller's time.
 const SUMMARY_SHARE: u32 = 10;
@@ -111,7 +104,8 @@ pub fn in_flight(claims: &[Arc<NodeClaim>]) -> Vec<InFlight> {
 /// Runs the disruption controller until aborted.
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
-    let mut validation = Validation::new(DEFAULT_VALIDATION_DELAY);
+    let timers = ctx.settings.timers;
+    let mut validation = Validation::new(timers.validation_delay);
     let mut reported: HashMap<String, Timestamp> = HashMap::new();
     let mut last_summary: Option<Timestamp> = None;
     let mut summary_took = Duration::ZERO;
@@ -125,7 +119,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     let mut consolidated: Option<(u64, Timestamp)> = None;
     let mut summarized_on: Option<u64> = None;
     loop {
-        tokio::time::sleep(INTERVAL).await;
+        tokio::time::sleep(timers.disruption_interval).await;
         if !ctx.writer.is_leader() {
             validation.clear();
             leading = false;
@@ -174,9 +168,9 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // summary (recommend-only pools' reports, the savings metrics) is still made once on
         // the changed cluster, when it is due.
         let generation = ctx.state.generation();
-        if consolidated
-            .is_some_and(|(g, at)| g == generation && now.duration_since(at) < CONSOLIDATED_RECHECK)
-            && summarized_on == Some(generation)
+        if consolidated.is_some_and(|(g, at)| {
+            g == generation && now.duration_since(at) < timers.consolidated_recheck
+        }) && summarized_on == Some(generation)
         {
             continue;
         }
@@ -218,7 +212,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         let modes = PoolModes::of(&ctx, &snapshot, &cluster);
         // What to carry out: the first decision over the autonomous pools, the
         // recommend-only ones held (their nodes still take moved pods).
-        let decision = if summary_due(last_summary, summary_took, now) {
+        let decision = if summary_due(last_summary, summary_took, timers.disruption_summary, now) {
             last_summary = Some(now);
             summarized_on = Some(generation);
             let started = std::time::Instant::now();
@@ -240,20 +234,21 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     }
 }
 
-/// How long a cluster found consolidated (nothing to do, nothing changed since) is left
-/// before it is evaluated again: the demand history's resolution, so its cycle is still
-/// recorded at every step.
-const CONSOLIDATED_RECHECK: SignedDuration = SignedDuration::from_secs(300);
-
-/// Whether the summary is due at `now`: [`SUMMARY_EVERY`] after the last, and at least
-/// [`SUMMARY_SHARE`] times as long as the last took. Evaluating every decision costs far
+/// Whether the summary is due at `now`: `every` after the last (every decision of every
+/// pool, the savings available, the blocked nodes, the recommend-only reports, is evaluated
+/// that often; what to carry out, on every pass), and at least [`SUMMARY_SHARE`] times as long as the last took. Evaluating every decision costs far
 /// more than the first alone (about 280 times on 500 nodes, `cargo bench --bench
 /// disruption_memory`), so on a large cluster the summary comes less often rather than
 /// taking most of the controller's time.
-fn summary_due(last: Option<Timestamp>, took: Duration, now: Timestamp) -> bool {
+fn summary_due(
+    last: Option<Timestamp>,
+    took: Duration,
+    every: SignedDuration,
+    now: Timestamp,
+) -> bool {
     let wait = SignedDuration::try_from(took.saturating_mul(SUMMARY_SHARE))
         .unwrap_or(SignedDuration::MAX)
-        .max(SUMMARY_EVERY);
+        .max(every);
     last.is_none_or(|t| now.duration_since(t) >= wait)
 }
 
@@ -750,18 +745,29 @@ mod tests {
     #[test]
     fn the_summary_comes_every_30_s_or_ten_times_as_long_as_it_took() {
         let t = |s: i64| Timestamp::from_second(1_790_000_000 + s).expect("a time");
+        let every = super::super::Timers::default().disruption_summary;
         // The first pass summarises.
-        assert!(summary_due(None, Duration::ZERO, t(0)));
+        assert!(summary_due(None, Duration::ZERO, every, t(0)));
         // A quick summary: due again after 30 s, not before.
         let quick = Duration::from_millis(20);
-        assert!(!summary_due(Some(t(0)), quick, t(29)));
-        assert!(summary_due(Some(t(0)), quick, t(30)));
+        assert!(!summary_due(Some(t(0)), quick, every, t(29)));
+        assert!(summary_due(Some(t(0)), quick, every, t(30)));
         // One that took 2 s (500 nodes): ten times that is under 30 s, so still 30 s.
-        assert!(!summary_due(Some(t(0)), Duration::from_secs(2), t(29)));
-        assert!(summary_due(Some(t(0)), Duration::from_secs(2), t(30)));
+        assert!(!summary_due(
+            Some(t(0)),
+            Duration::from_secs(2),
+            every,
+            t(29)
+        ));
+        assert!(summary_due(
+            Some(t(0)),
+            Duration::from_secs(2),
+            every,
+            t(30)
+        ));
         // One that took 12 s: not for 120 s.
         let slow = Duration::from_secs(12);
-        assert!(!summary_due(Some(t(0)), slow, t(119)));
-        assert!(summary_due(Some(t(0)), slow, t(120)));
+        assert!(!summary_due(Some(t(0)), slow, every, t(119)));
+        assert!(summary_due(Some(t(0)), slow, every, t(120)));
     }
 }

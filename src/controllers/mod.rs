@@ -92,6 +92,63 @@ pub struct Settings {
     /// How far ahead (seconds) disruption keeps the capacity the requests' cycle expects;
     /// 0 looks at the cluster as it is now only.
     pub forecast_horizon: i64,
+    /// The controllers' protocol timers.
+    pub timers: Timers,
+}
+
+/// The controllers' protocol timers: how long a decision waits before it is carried out,
+/// how often a loop looks again. Production and the demo run the defaults; end-to-end tests
+/// shrink them all by one factor (`tailor run --timer-scale`, hidden) so that a test waits
+/// for the same sequence of events in a fraction of the time, the ratios between the timers
+/// kept.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timers {
+    /// How often the disruption controller evaluates.
+    pub disruption_interval: Duration,
+    /// A disruption decision is carried out only when it is decided again this long after it
+    /// was first seen (Karpenter's consolidation validation).
+    pub validation_delay: SignedDuration,
+    /// How often every decision of every pool is evaluated for the reports and metrics.
+    pub disruption_summary: SignedDuration,
+    /// How long a cluster found consolidated is left before it is evaluated again.
+    pub consolidated_recheck: SignedDuration,
+    /// How long a pod planned onto an existing node, or reported in recommend-only mode, is
+    /// left alone before it is planned again.
+    pub provisioning_cover: SignedDuration,
+    /// How often capacity for the expected growth is looked at while the cluster changes.
+    pub headroom_every: SignedDuration,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers {
+            disruption_interval: Duration::from_secs(5),
+            validation_delay: crate::disruption::controller::DEFAULT_VALIDATION_DELAY,
+            disruption_summary: SignedDuration::from_secs(30),
+            consolidated_recheck: SignedDuration::from_secs(300),
+            provisioning_cover: SignedDuration::from_secs(20),
+            headroom_every: SignedDuration::from_secs(30),
+        }
+    }
+}
+
+impl Timers {
+    /// The default timers multiplied by `factor` (in `(0, 1]`), none below 100 ms.
+    pub fn scaled(factor: f64) -> Timers {
+        let d = Timers::default();
+        let std = |v: Duration| v.mul_f64(factor).max(Duration::from_millis(100));
+        let signed = |v: SignedDuration| {
+            SignedDuration::try_from(std(Duration::try_from(v).unwrap_or_default())).unwrap_or(v)
+        };
+        Timers {
+            disruption_interval: std(d.disruption_interval),
+            validation_delay: signed(d.validation_delay),
+            disruption_summary: signed(d.disruption_summary),
+            consolidated_recheck: signed(d.consolidated_recheck),
+            provisioning_cover: signed(d.provisioning_cover),
+            headroom_every: signed(d.headroom_every),
+        }
+    }
 }
 
 /// How often right-sizing runs unless told otherwise.
@@ -120,6 +177,7 @@ impl Default for Settings {
             cost_aware: true,
             disruption: crate::disruption::Settings::default(),
             forecast_horizon: crate::disruption::forecast::DEFAULT_HORIZON,
+            timers: Timers::default(),
         }
     }
 }
@@ -356,6 +414,24 @@ pub async fn wait_for_change_since(state: &State, seen: u64, max: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn timers_scale_together_and_the_default_is_production() {
+        assert_eq!(Timers::scaled(1.0), Timers::default());
+        let fast = Timers::scaled(0.2);
+        assert_eq!(fast.validation_delay, SignedDuration::from_secs(3));
+        assert_eq!(fast.disruption_interval, Duration::from_secs(1));
+        assert_eq!(fast.provisioning_cover, SignedDuration::from_secs(4));
+        assert_eq!(fast.consolidated_recheck, SignedDuration::from_secs(60));
+        // The order between them is kept: a decision is validated over several passes.
+        assert!(
+            fast.validation_delay > SignedDuration::try_from(fast.disruption_interval).unwrap()
+        );
+        assert_eq!(
+            Timers::scaled(0.0001).disruption_interval,
+            Duration::from_millis(100),
+            "never below 100 ms"
+        );
+    }
 
     fn pool(annotation: Option<&str>) -> NodePool {
         let mut p: NodePool = serde_yaml::from_str(

@@ -28,10 +28,6 @@ use crate::scheduling::{self, ExistingNode, Input, Options, Plan, PlannedNodeCla
 use crate::state::Snapshot;
 use crate::webhook::mutate::{Decision, Objects, decide, decide_if_auto};
 
-/// How long a pod planned onto an existing node, or reported in recommend-only mode, is left
-/// alone before it is planned again.
-const COVER: SignedDuration = SignedDuration::from_secs(20);
-
 /// Taints a node carries only while it starts; a node still initializing is planned as if
 /// it had none of them, as Karpenter does, or every pod pending for it would buy another.
 const EPHEMERAL_TAINTS: &[&str] = &[
@@ -42,11 +38,8 @@ const EPHEMERAL_TAINTS: &[&str] = &[
 ];
 
 /// How often the provisioner looks whether to buy ahead of the growth the requests' cycle
-/// expects (`provisioning::headroom`), while nothing is pending or launching and the
-/// cluster has changed since the last look.
-const HEADROOM_EVERY: SignedDuration = SignedDuration::from_secs(30);
-
-/// ... and while nothing has changed: the cycle's expectation moves at the demand history's
+/// expects (`provisioning::headroom`) while nothing is pending or launching and the cluster
+/// has not changed since the last look (after a change: `Timers::headroom_every`): the the cycle's expectation moves at the demand history's
 /// grain (a sample every 5 minutes), and the same cluster and the same expectation give the
 /// same answer. Planning ahead is the provisioner's costliest pass (a copy of the cluster
 /// and a packing of the expected growth), so it is not repeated for nothing.
@@ -94,15 +87,33 @@ struct Round {
     headroom_at: Option<(Timestamp, Option<u64>)>,
     /// When each recommend-only pool was last told what buying ahead would launch.
     headroom_reported: HashMap<String, Timestamp>,
+    /// How long a pod planned onto an existing node, or reported in recommend-only mode, is
+    /// left alone before it is planned again, and how often buying ahead is looked at.
+    timers: super::Timers,
+}
+
+impl Round {
+    fn new(settings: &super::Settings) -> Round {
+        Round {
+            batcher: Batcher::new(settings.batch_idle, settings.batch_max),
+            timers: settings.timers,
+            ..Round::default()
+        }
+    }
+
+    /// Until when a pod planned or reported `now` is left alone.
+    fn cover_until(&self, now: Timestamp) -> Target {
+        Target::Until(
+            now.checked_add(self.timers.provisioning_cover)
+                .unwrap_or(now),
+        )
+    }
 }
 
 /// Runs the provisioner until aborted.
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
-    let mut round = Round {
-        batcher: Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max),
-        ..Round::default()
-    };
+    let mut round = Round::new(&ctx.settings);
     let mut seen = ctx.state.generation();
     let mut wake: Option<Timestamp> = None;
     loop {
@@ -120,10 +131,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         if !ctx.writer.is_leader() {
             wake = None;
             // A new leader starts from what the API server holds, not from our memory.
-            round = Round {
-                batcher: Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max),
-                ..Round::default()
-            };
+            round = Round::new(&ctx.settings);
             continue;
         }
         let now = ctx.clock.now();
@@ -153,7 +161,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             }
         } else if ctx.settings.headroom_lead > 0
             && round.uncovered.is_empty()
-            && headroom_due(round.headroom_at, seen).is_none_or(|t| t <= now)
+            && headroom_due(&round, seen).is_none_or(|t| t <= now)
         {
             let planned = buy_ahead(&ctx, &mut round, now).await;
             round.headroom_at = Some((now, planned.then_some(seen)));
@@ -180,21 +188,20 @@ fn next_wake(round: &Round, buying_ahead: bool, generation: u64) -> Option<Times
         } => created.checked_add(UNSEEN_COVER).ok(),
         Target::Claim { .. } => None,
     });
-    let headroom = headroom_due(round.headroom_at, generation).filter(|_| buying_ahead);
+    let headroom = headroom_due(round, generation).filter(|_| buying_ahead);
     covers.chain(round.batcher.deadline()).chain(headroom).min()
 }
 
-/// When buying ahead is next looked at, after the last look `last` (when, and the
-/// generation it planned on) with the stores now at `generation`: [`HEADROOM_EVERY`] after
-/// it when the cluster has changed since or nothing was planned,
-/// [`HEADROOM_UNCHANGED_EVERY`] when it planned on this very cluster. `None`: never
-/// looked, due now.
-fn headroom_due(last: Option<(Timestamp, Option<u64>)>, generation: u64) -> Option<Timestamp> {
-    let (at, planned_on) = last?;
+/// When buying ahead is next looked at, after the round's last look (when, and the
+/// generation it planned on) with the stores now at `generation`: `headroom_every` after it
+/// when the cluster has changed since or nothing was planned, [`HEADROOM_UNCHANGED_EVERY`]
+/// when it planned on this very cluster. `None`: never looked, due now.
+fn headroom_due(round: &Round, generation: u64) -> Option<Timestamp> {
+    let (at, planned_on) = round.headroom_at?;
     let every = if planned_on == Some(generation) {
         HEADROOM_UNCHANGED_EVERY
     } else {
-        HEADROOM_EVERY
+        round.timers.headroom_every
     };
     Some(at.checked_add(every).unwrap_or(at))
 }
@@ -400,14 +407,14 @@ fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now:
         .map(|c| c.name_any())
         .collect();
     let known: BTreeSet<String> = claims.iter().map(|c| c.name_any()).collect();
-    let cover_until = now.checked_add(COVER).unwrap_or(now);
+    let cover = round.cover_until(now);
     for target in round.covered.values_mut() {
         let Target::Claim { name, seen, .. } = target else {
             continue;
         };
         *seen |= known.contains(name.as_str());
         if live_claims.contains(name.as_str()) && !launching.contains(name.as_str()) {
-            *target = Target::Until(cover_until);
+            *target = cover.clone();
         }
     }
     let mut pending_uids = BTreeSet::new();
@@ -604,10 +611,7 @@ async fn tell_unreadable<C: CloudProvider>(
             tracing::warn!(pod = %e.pod, error = %reason, "a running pod's spec cannot be read: planned as its requests only, and its node is not disrupted");
             continue;
         }
-        round.covered.insert(
-            e.pod.clone(),
-            Target::Until(now.checked_add(COVER).unwrap_or(now)),
-        );
+        round.covered.insert(e.pod.clone(), round.cover_until(now));
         tracing::warn!(pod = %e.pod, error = %reason, "a pending pod's spec cannot be read; not planned");
         ctx.writer
             .event(
@@ -988,10 +992,7 @@ async fn act<C: CloudProvider>(
     let mut nominations: Vec<(&str, String)> = Vec::new();
     for placed in &plan.existing_nodes {
         for pod in &placed.pods {
-            round.covered.insert(
-                pod.clone(),
-                Target::Until(now.checked_add(COVER).unwrap_or(now)),
-            );
+            round.covered.insert(pod.clone(), round.cover_until(now));
             if ctx.mode_for(placed_pool(&placed.node, snapshot, &pools)) == Mode::Autonomous {
                 nominations.push((pod.as_str(), placed.node.clone()));
             }
@@ -1020,10 +1021,7 @@ async fn act<C: CloudProvider>(
                 entry.1 += planned.price_per_hour;
                 entry.2 += planned.pods.len();
                 for pod in &planned.pods {
-                    round.covered.insert(
-                        pod.clone(),
-                        Target::Until(now.checked_add(COVER).unwrap_or(now)),
-                    );
+                    round.covered.insert(pod.clone(), round.cover_until(now));
                 }
             }
         }
@@ -1094,10 +1092,7 @@ async fn act<C: CloudProvider>(
             continue;
         };
         let uid = pod.uid().unwrap_or_default();
-        round.covered.insert(
-            u.pod.clone(),
-            Target::Until(now.checked_add(COVER).unwrap_or(now)),
-        );
+        round.covered.insert(u.pod.clone(), round.cover_until(now));
         if round.told.insert((uid, u.reason.clone())) {
             ctx.writer
                 .event(
