@@ -2,7 +2,7 @@
 //! quota errors, throttling and spot interruptions, all on an injected clock so the demo,
 //! tests and benchmarks are deterministic.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::{Future, ready};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -51,8 +51,23 @@ struct SimInstance {
     family: String,
 }
 
+/// A create call the simulated cloud received, and what it answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateCall {
+    /// The request as the provider sent it.
+    pub request: LaunchRequest,
+    /// The instance type launched, or the error returned.
+    pub outcome: std::result::Result<String, CloudError>,
+}
+
 #[derive(Debug, Default)]
 struct SimState {
+    /// Every create call, in order.
+    create_calls: Vec<CreateCall>,
+    /// Errors the next create calls return, before anything else is looked at.
+    create_errors: VecDeque<CloudError>,
+    /// The provider IDs of every delete call, in order.
+    delete_calls: Vec<String>,
     instances: BTreeMap<String, SimInstance>,
     no_capacity: BTreeSet<(String, String, CapacityType)>,
     quota_vcpus: BTreeMap<String, u32>,
@@ -124,6 +139,22 @@ impl SimulatedAzure {
     /// Makes the next `calls` API calls fail with a throttling error.
     pub fn throttle_next(&self, calls: u32) {
         self.lock().throttle_next = calls;
+    }
+
+    /// Makes the next create call fail with `error` (after any errors queued before it),
+    /// whatever it asks for.
+    pub fn next_create_error(&self, error: CloudError) {
+        self.lock().create_errors.push_back(error);
+    }
+
+    /// Every create call so far, in order, with what each was answered.
+    pub fn create_calls(&self) -> Vec<CreateCall> {
+        self.lock().create_calls.clone()
+    }
+
+    /// The provider IDs of every delete call so far, in order.
+    pub fn delete_calls(&self) -> Vec<String> {
+        self.lock().delete_calls.clone()
     }
 
     /// Schedules an eviction notice for a spot VM at `at`.
@@ -207,8 +238,28 @@ impl SimulatedAzure {
     fn create_now(&self, request: &LaunchRequest) -> Result<Instance> {
         let now = self.clock.now();
         let mut state = self.lock();
-        self.throttled(&mut state)?;
-        self.settle(&mut state, now);
+        let result = match state.create_errors.pop_front() {
+            Some(error) => Err(error),
+            None => self.launch(&mut state, request, now),
+        };
+        state.create_calls.push(CreateCall {
+            request: request.clone(),
+            outcome: result
+                .as_ref()
+                .map(|i| i.instance_type.clone())
+                .map_err(Clone::clone),
+        });
+        result
+    }
+
+    fn launch(
+        &self,
+        state: &mut SimState,
+        request: &LaunchRequest,
+        now: Timestamp,
+    ) -> Result<Instance> {
+        self.throttled(state)?;
+        self.settle(state, now);
         if request.candidates.is_empty() {
             return Err(CloudError::InvalidRequest {
                 claim: request.claim.clone(),
@@ -309,6 +360,7 @@ impl SimulatedAzure {
     fn delete_now(&self, provider_id: &str) -> Result<()> {
         let now = self.clock.now();
         let mut state = self.lock();
+        state.delete_calls.push(provider_id.to_string());
         self.throttled(&mut state)?;
         self.settle(&mut state, now);
         if let Some(i) = state.instances.get_mut(provider_id) {
@@ -485,6 +537,35 @@ mod tests {
             candidates,
             tags: BTreeMap::new(),
         }
+    }
+
+    #[tokio::test]
+    async fn every_call_is_recorded_and_a_queued_error_answers_the_next_create_only() {
+        let (cloud, _) = cloud();
+        let d2 = || candidate("Standard_D2s_v5", "eastus-1", CapacityType::OnDemand);
+        let quota = CloudError::Quota {
+            claim: "c1".into(),
+            family: "DSv5".into(),
+            region: "eastus".into(),
+        };
+        cloud.next_create_error(quota.clone());
+        assert_eq!(
+            cloud.create(&request("c1", vec![d2()])).await,
+            Err(quota.clone())
+        );
+        let vm = cloud
+            .create(&request("c2", vec![d2()]))
+            .await
+            .expect("the error answered one call");
+        cloud.delete(&vm.provider_id).await.expect("delete");
+        let calls = cloud.create_calls();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].request.claim, "c1");
+        assert_eq!(calls[0].outcome, Err(quota));
+        assert_eq!(calls[1].request, request("c2", vec![d2()]));
+        assert_eq!(calls[1].outcome, Ok("Standard_D2s_v5".to_string()));
+        assert_eq!(cloud.delete_calls(), [vm.provider_id]);
+        assert_eq!(cloud.launches(), 1, "a failed call launches nothing");
     }
 
     #[tokio::test]
