@@ -66,6 +66,14 @@ impl<C: CloudProvider> CloudProvider for MeteredCloud<C> {
         self.record(CloudOperation::InstanceTypes, self.inner.instance_types())
     }
 
+    // Counted as the instance-types read it stands for.
+    fn unavailable_offerings(&self) -> impl Future<Output = Result<super::UnavailableSet>> + Send {
+        self.record(
+            CloudOperation::InstanceTypes,
+            self.inner.unavailable_offerings(),
+        )
+    }
+
     fn is_drifted(
         &self,
         instance: &Instance,

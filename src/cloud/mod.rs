@@ -215,6 +215,9 @@ pub struct Interruption {
     pub deadline: Timestamp,
 }
 
+/// Offerings (size, zone, capacity type) that cannot be bought now.
+pub type UnavailableSet = std::collections::BTreeSet<(String, String, CapacityType)>;
+
 /// The operations Tailor needs from a cloud. Implementations: [`sim::SimulatedAzure`];
 /// the Azure Resource Manager provider.
 pub trait CloudProvider: Send + Sync {
@@ -233,6 +236,25 @@ pub trait CloudProvider: Send + Sync {
     /// The sizes that can be bought now, with offerings marked unavailable while a
     /// recent capacity error stands.
     fn instance_types(&self) -> impl Future<Output = Result<Vec<InstanceType>>> + Send;
+
+    /// The offerings of [`instance_types`](Self::instance_types) marked unavailable now
+    /// (size, zone, capacity type). A cloud that knows them without building every
+    /// instance type answers more cheaply; the answer is the same.
+    fn unavailable_offerings(&self) -> impl Future<Output = Result<UnavailableSet>> + Send {
+        async {
+            Ok(self
+                .instance_types()
+                .await?
+                .into_iter()
+                .flat_map(|t| {
+                    t.offerings
+                        .into_iter()
+                        .filter(|o| !o.available)
+                        .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
+                })
+                .collect())
+        }
+    }
 
     /// Whether a VM has drifted from what would be launched today.
     fn is_drifted(

@@ -396,6 +396,30 @@ impl SimulatedAzure {
             .collect())
     }
 
+    /// What [`instance_types_now`](Self::instance_types_now) marks unavailable, without
+    /// copying every instance type.
+    fn unavailable_now(&self) -> Result<super::UnavailableSet> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        self.settle(&mut state, now);
+        let mut unavailable = super::UnavailableSet::new();
+        for t in self
+            .instance_types
+            .iter()
+            .filter(|t| !state.removed_types.contains(&t.name))
+        {
+            for o in &t.offerings {
+                let key = (t.name.clone(), o.zone.clone(), o.capacity_type);
+                if state.unavailable.is_unavailable(&key.0, &key.1, key.2, now)
+                    || state.no_capacity.contains(&key)
+                {
+                    unavailable.insert(key);
+                }
+            }
+        }
+        Ok(unavailable)
+    }
+
     fn instance_types_now(&self) -> Result<Vec<InstanceType>> {
         let now = self.clock.now();
         let mut state = self.lock();
@@ -489,6 +513,10 @@ impl CloudProvider for SimulatedAzure {
         ready(self.instance_types_now())
     }
 
+    fn unavailable_offerings(&self) -> impl Future<Output = Result<super::UnavailableSet>> + Send {
+        ready(self.unavailable_now())
+    }
+
     fn is_drifted(
         &self,
         instance: &Instance,
@@ -537,6 +565,44 @@ mod tests {
             candidates,
             tags: BTreeMap::new(),
         }
+    }
+
+    #[tokio::test]
+    async fn the_unavailable_offerings_are_those_the_instance_types_mark() {
+        let (cloud, clock) = cloud();
+        cloud.inject_no_capacity("Standard_D4s_v5", "eastus-2", CapacityType::OnDemand);
+        let failed = cloud
+            .create(&request(
+                "c1",
+                vec![candidate("Standard_D2s_v5", "eastus-1", CapacityType::Spot)],
+            ))
+            .await;
+        assert!(failed.is_ok());
+        cloud.inject_no_capacity("Standard_D2s_v5", "eastus-3", CapacityType::Spot);
+        let _ = cloud
+            .create(&request(
+                "c2",
+                vec![candidate("Standard_D2s_v5", "eastus-3", CapacityType::Spot)],
+            ))
+            .await;
+        cloud.clear_no_capacity("Standard_D2s_v5", "eastus-3", CapacityType::Spot);
+        let marked: crate::cloud::UnavailableSet = cloud
+            .instance_types()
+            .await
+            .expect("types")
+            .into_iter()
+            .flat_map(|t| {
+                t.offerings
+                    .into_iter()
+                    .filter(|o| !o.available)
+                    .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
+            })
+            .collect();
+        // The injected outage and the offering that failed (still within its TTL).
+        assert_eq!(marked.len(), 2, "{marked:?}");
+        assert_eq!(cloud.unavailable_offerings().await, Ok(marked));
+        clock.advance(Duration::from_secs(3600));
+        assert_eq!(cloud.unavailable_offerings().await.map(|u| u.len()), Ok(1));
     }
 
     #[tokio::test]

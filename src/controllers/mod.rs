@@ -271,17 +271,9 @@ impl<C: CloudProvider> Context<C> {
     ) -> Result<BTreeSet<(String, String, CapacityType)>, String> {
         let unavailable: BTreeSet<(String, String, CapacityType)> = self
             .cloud
-            .instance_types()
+            .unavailable_offerings()
             .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .flat_map(|t| {
-                t.offerings
-                    .into_iter()
-                    .filter(|o| !o.available)
-                    .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
-            })
-            .collect();
+            .map_err(|e| e.to_string())?;
         self.metrics.set_unavailable_offerings(unavailable.len());
         Ok(unavailable)
     }
