@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde::de::DeserializeOwned;
@@ -16,57 +16,154 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A running control plane; stopped (by PID) when dropped.
+/// A control plane for one test: its own (stopped, by PID, when dropped), or one of a pool
+/// of running planes shared by the whole test run and reset for each test.
 pub struct ControlPlane {
-    dir: tempfile::TempDir,
+    home: Home,
     /// Its admin kubeconfig.
     pub kubeconfig: PathBuf,
     /// An admin client.
     pub client: Client,
 }
 
+enum Home {
+    /// Started for this test alone.
+    Own(tempfile::TempDir),
+    /// A plane of the pool in `dir`, held for this test by an exclusive lock on `_lock`.
+    Pooled { dir: PathBuf, _lock: std::fs::File },
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        let _ = Command::new(repo().join("scripts/control-plane"))
-            .arg("down")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        // A failed test keeps the cluster's and the agents' logs to read (any test does with
-        // TAILOR_E2E_KEEP_LOGS set).
-        if std::thread::panicking() || std::env::var_os("TAILOR_E2E_KEEP_LOGS").is_some() {
-            let kept =
-                std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
-            eprintln!("control plane logs kept in {}", kept.join("logs").display());
+        match &mut self.home {
+            Home::Own(dir) => {
+                down(dir.path());
+                // A failed test keeps the cluster's and the agents' logs to read (any test
+                // does with TAILOR_E2E_KEEP_LOGS set).
+                if std::thread::panicking() || std::env::var_os("TAILOR_E2E_KEEP_LOGS").is_some() {
+                    let kept = std::mem::replace(dir, tempfile::tempdir().expect("tempdir")).keep();
+                    eprintln!("control plane logs kept in {}", kept.join("logs").display());
+                }
+            }
+            // The plane keeps running for the next test; the lock goes with the file.
+            Home::Pooled { dir, .. } => {
+                if std::thread::panicking() {
+                    eprintln!("control plane logs in {}", dir.join("logs").display());
+                }
+            }
         }
     }
 }
 
+fn down(dir: &Path) {
+    let _ = Command::new(repo().join("scripts/control-plane"))
+        .arg("down")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Runs `scripts/control-plane up DIR`, returning the admin kubeconfig's path.
+fn up(dir: &Path) -> PathBuf {
+    let out = Command::new(repo().join("scripts/control-plane"))
+        .arg("up")
+        .arg(dir)
+        .output()
+        .expect("scripts/control-plane runs");
+    assert!(
+        out.status.success(),
+        "scripts/control-plane up failed (it needs go and openssl; ./scripts/test builds it):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().expect("kubeconfig path").trim())
+}
+
+/// The pool's directory and size: `TAILOR_E2E_POOL` (set by `scripts/test`, which stops the
+/// planes at the end) and `TAILOR_E2E_POOL_SIZE` (2 by default).
+fn pool() -> Option<(PathBuf, usize)> {
+    let dir = std::env::var_os("TAILOR_E2E_POOL").filter(|d| !d.is_empty())?;
+    let size = std::env::var("TAILOR_E2E_POOL_SIZE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(2);
+    Some((PathBuf::from(dir), size))
+}
+
+/// Takes the first free slot of the pool, waiting while every slot is held by another test
+/// (of this process or another: a `flock` on a file opened per call excludes both).
+async fn take_slot(pool: &Path, size: usize) -> (usize, std::fs::File) {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(pool).expect("the pool's directory");
+    loop {
+        for slot in 0..size {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(pool.join(format!("slot-{slot}.lock")))
+                .expect("a slot's lock file");
+            // SAFETY: flock on a descriptor this function owns, held open by `file`.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return (slot, file);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 impl ControlPlane {
-    /// Builds (once, cached) and starts a control plane with Tailor's CRDs installed. Fails,
-    /// never skips, when it cannot: the end-to-end tests are worthless without it.
+    /// A control plane with Tailor's CRDs installed and nothing else: with `TAILOR_E2E_POOL`
+    /// set, a plane of the pool (started on first use) reset to an empty cluster; without
+    /// it, a fresh plane. Fails, never skips, when it cannot: the end-to-end tests are
+    /// worthless without it.
     pub async fn start() -> ControlPlane {
+        let Some((pool, size)) = pool() else {
+            return ControlPlane::start_fresh().await;
+        };
+        tailor::telemetry::install_tls_provider();
+        let (slot, lock) = take_slot(&pool, size).await;
+        let dir = pool.join(format!("slot-{slot}"));
+        let kubeconfig = dir.join("kubeconfig");
+        let running = kubeconfig.exists()
+            && client_for(&kubeconfig)
+                .await
+                .apiserver_version()
+                .await
+                .is_ok();
+        if !running {
+            // Left by a run that ended without stopping it: stop what is left, start anew.
+            down(&dir);
+            let _ = std::fs::remove_dir_all(&dir);
+            up(&dir);
+        }
+        let client = client_for(&kubeconfig).await;
+        let cp = ControlPlane {
+            home: Home::Pooled { dir, _lock: lock },
+            kubeconfig,
+            client,
+        };
+        if running {
+            cp.reset().await;
+        } else {
+            cp.install_crds().await;
+        }
+        cp
+    }
+
+    /// A control plane started for this test alone, stopped when it ends.
+    pub async fn start_fresh() -> ControlPlane {
         tailor::telemetry::install_tls_provider();
         let dir = tempfile::Builder::new()
             .prefix("tailor-e2e-")
             .tempdir()
             .expect("a temporary directory");
-        let out = Command::new(repo().join("scripts/control-plane"))
-            .arg("up")
-            .arg(dir.path())
-            .output()
-            .expect("scripts/control-plane runs");
-        assert!(
-            out.status.success(),
-            "scripts/control-plane up failed (it needs go and openssl; ./scripts/test builds it):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let kubeconfig = PathBuf::from(stdout.lines().last().expect("kubeconfig path").trim());
+        let kubeconfig = up(dir.path());
         let client = client_for(&kubeconfig).await;
         let cp = ControlPlane {
-            dir,
+            home: Home::Own(dir),
             kubeconfig,
             client,
         };
@@ -76,7 +173,10 @@ impl ControlPlane {
 
     /// The directory holding the cluster's logs and state.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        match &self.home {
+            Home::Own(dir) => dir.path(),
+            Home::Pooled { dir, .. } => dir,
+        }
     }
 
     async fn install_crds(&self) {
@@ -108,6 +208,129 @@ impl ControlPlane {
         })
         .await;
         self.wait_for_watch_caches().await;
+    }
+
+    /// Empties a pooled plane for the next test, as a fresh one would be but for Tailor's
+    /// CRDs (installed long ago, as on a user's cluster): every namespace a test made goes;
+    /// in `default`, every object a test or an agent may have made; at cluster scope,
+    /// Tailor's objects, Nodes (finalizers stripped: no agent is left to drain them),
+    /// webhooks, storage and RBAC that is not the API server's own. Waits until the API
+    /// server holds none of them. The previous test's agents were killed with it.
+    async fn reset(&self) {
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        };
+        use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+        use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+        use k8s_openapi::api::batch::v1::{CronJob, Job};
+        use k8s_openapi::api::coordination::v1::Lease;
+        use k8s_openapi::api::core::v1::{
+            ConfigMap, Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+            Secret, Service, ServiceAccount,
+        };
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+        use k8s_openapi::api::scheduling::v1::PriorityClass;
+        use k8s_openapi::api::storage::v1::StorageClass;
+        use tailor::apis::{AKSNodeClass, NodeClaim, NodePool, Recommendation, RightsizingPolicy};
+
+        const SYSTEM: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+        let c = &self.client;
+        let namespaces: Api<Namespace> = Api::all(c.clone());
+        for ns in list(&namespaces).await {
+            let name = ns.metadata.name.unwrap_or_default();
+            if !SYSTEM.contains(&name.as_str()) && ns.metadata.deletion_timestamp.is_none() {
+                let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+            }
+        }
+        let ns = "default";
+        clear_in::<Deployment>(c, ns, "").await;
+        clear_in::<ReplicaSet>(c, ns, "").await;
+        clear_in::<StatefulSet>(c, ns, "").await;
+        clear_in::<DaemonSet>(c, ns, "").await;
+        clear_in::<Job>(c, ns, "").await;
+        clear_in::<CronJob>(c, ns, "").await;
+        clear_in::<PodDisruptionBudget>(c, ns, "").await;
+        clear_in::<HorizontalPodAutoscaler>(c, ns, "").await;
+        clear_in::<ConfigMap>(c, ns, "metadata.name!=kube-root-ca.crt").await;
+        clear_in::<Secret>(c, ns, "").await;
+        clear_in::<ServiceAccount>(c, ns, "metadata.name!=default").await;
+        clear_in::<Service>(c, ns, "metadata.name!=kubernetes").await;
+        clear_in::<Lease>(c, ns, "").await;
+        clear_in::<Role>(c, ns, "").await;
+        clear_in::<RoleBinding>(c, ns, "").await;
+        clear_in::<PersistentVolumeClaim>(c, ns, "").await;
+        clear_in::<Recommendation>(c, ns, "").await;
+        clear_in::<RightsizingPolicy>(c, ns, "").await;
+        clear_all::<NodePool>(c, "").await;
+        clear_all::<AKSNodeClass>(c, "").await;
+        clear_all::<MutatingWebhookConfiguration>(c, "").await;
+        clear_all::<ValidatingWebhookConfiguration>(c, "").await;
+        clear_all::<StorageClass>(c, "").await;
+        clear_all::<PersistentVolume>(c, "").await;
+        clear_all::<PriorityClass>(c, "").await;
+        // The API server's own roles carry this label; anything else a test made.
+        clear_all::<ClusterRole>(c, "!kubernetes.io/bootstrapping").await;
+        clear_all::<ClusterRoleBinding>(c, "!kubernetes.io/bootstrapping").await;
+
+        let pods: Api<Pod> = Api::all(c.clone());
+        let claims: Api<NodeClaim> = Api::all(c.clone());
+        let nodes: Api<Node> = Api::all(c.clone());
+        let events: Api<Event> = Api::namespaced(c.clone(), ns);
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
+        eventually(
+            Duration::from_secs(90),
+            "the pooled control plane reset",
+            || async {
+                for claim in list(&claims).await {
+                    let name = claim.metadata.name.clone().unwrap_or_default();
+                    let _ = claims
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize))
+                        .await;
+                    let _ = claims.delete(&name, &now).await;
+                }
+                for node in list(&nodes).await {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let _ = nodes
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize))
+                        .await;
+                    let _ = nodes.delete(&name, &now).await;
+                }
+                let mut left = 0;
+                for pod in list(&pods).await {
+                    let pod_ns = pod.metadata.namespace.clone().unwrap_or_default();
+                    if pod_ns == "kube-system" {
+                        continue;
+                    }
+                    left += 1;
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let _ = Api::<Pod>::namespaced(c.clone(), &pod_ns)
+                        .delete(&name, &now)
+                        .await;
+                }
+                // Events last: the deletions above make some.
+                let _ = events
+                    .delete_collection(&DeleteParams::default(), &ListParams::default())
+                    .await;
+                let namespaces_left = list(&namespaces)
+                    .await
+                    .iter()
+                    .filter(|n| !SYSTEM.contains(&n.metadata.name.as_deref().unwrap_or_default()))
+                    .count();
+                let empty = left == 0
+                    && namespaces_left == 0
+                    && list(&claims).await.is_empty()
+                    && list(&nodes).await.is_empty()
+                    && list(&Api::<NodePool>::all(c.clone())).await.is_empty()
+                    && list(&events).await.is_empty();
+                empty.then_some(())
+            },
+        )
+        .await;
     }
 
     /// Waits until the API server serves a watch of every Tailor kind from a fresh list's
@@ -188,6 +411,40 @@ impl ControlPlane {
     }
 }
 
+/// Deletes every object of a namespaced kind in `namespace` but those `fields` exclude.
+async fn clear_in<K>(client: &Client, namespace: &str, fields: &str)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let _ = api
+        .delete_collection(
+            &DeleteParams::background(),
+            &ListParams::default().fields(fields),
+        )
+        .await;
+}
+
+/// Deletes every object of a cluster-scoped kind but those `labels` exclude.
+async fn clear_all<K>(client: &Client, labels: &str)
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let _ = api
+        .delete_collection(
+            &DeleteParams::background(),
+            &ListParams::default().labels(labels),
+        )
+        .await;
+}
+
 /// A client for a kubeconfig file.
 pub async fn client_for(kubeconfig: &Path) -> Client {
     let parsed = Kubeconfig::read_from(kubeconfig).expect("kubeconfig reads");
@@ -255,6 +512,26 @@ where
     api.list(&Default::default()).await.expect("list").items
 }
 
+/// Every agent a test starts runs its protocol timers (the Lease, disruption's validation
+/// delay and interval, the provisioner's cover) at this fraction of production's:
+/// `tailor run --timer-scale`. A Lease of 4 s, a validation delay of 3 s, a disruption pass
+/// every second.
+pub const TIMER_SCALE: f64 = 0.2;
+
+/// Production seconds at the tests' timer scale.
+#[allow(dead_code)] // not every test binary waits on the agent's timers
+pub fn scaled(production_secs: f64) -> Duration {
+    Duration::from_secs_f64(production_secs * TIMER_SCALE)
+}
+
+/// One full disruption decision at the tests' timer scale: a pass that sees it, the
+/// validation delay (15 s in production), and the pass that carries it out (passes every
+/// 5 s). A cluster unchanged for longer than this had nothing left to decide.
+#[allow(dead_code)] // not every test binary waits on disruption
+pub fn decision_cycle() -> Duration {
+    scaled(15.0 + 2.0 * 5.0)
+}
+
 /// The `tailor run` agent as a child process; killed when dropped.
 pub struct Agent {
     child: Option<Child>,
@@ -300,7 +577,13 @@ impl Agent {
     ) -> Agent {
         let port = free_port();
         let address = format!("127.0.0.1:{port}");
-        let log = cp.dir().join("logs").join(format!("agent-{name}.log"));
+        // Unique per test process and agent: a pooled plane's logs outlive its tests.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = cp
+            .dir()
+            .join("logs")
+            .join(format!("agent-{name}-{}-{n}.log", std::process::id()));
         let file = std::fs::File::create(&log).expect("agent log");
         // `TAILOR_E2E_BIN` runs the agent from another build (e.g. the optimised one the
         // benchmarks build), to measure its latencies as users run it.
@@ -322,6 +605,7 @@ impl Agent {
                 "--leader-election-namespace",
                 lease_namespace,
             ])
+            .args(["--timer-scale", &TIMER_SCALE.to_string()])
             .args(extra)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info,tailor=debug")
@@ -380,6 +664,33 @@ impl Agent {
             let r = reqwest::get(&url).await.ok()?;
             r.status().is_success().then_some(())
         })
+        .await;
+    }
+
+    /// How many passes `controller` (`provisioning`, `rightsizing`, ...) has made: its
+    /// reconcile count on `/metrics`.
+    #[allow(dead_code)] // not every test binary counts passes
+    pub async fn passes(&self, controller: &str) -> u64 {
+        let series =
+            format!("tailor_reconcile_duration_seconds_count{{controller=\"{controller}\"}}");
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+
+    /// Waits until `controller` has made `n` more passes than now: what it decides from the
+    /// cluster as it is now has then been decided and acted on.
+    #[allow(dead_code)] // not every test binary counts passes
+    pub async fn wait_passes(&self, controller: &str, n: u64, secs: u64) {
+        let start = self.passes(controller).await;
+        eventually(
+            Duration::from_secs(secs),
+            &format!("{n} more {controller} passes"),
+            || async { (self.passes(controller).await >= start + n).then_some(()) },
+        )
         .await;
     }
 
