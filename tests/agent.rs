@@ -2,7 +2,8 @@
 //! kube-controller-manager, kube-scheduler, built from source) with the kubelet stand-in
 //! running the nodes Tailor creates through its KWOK cloud.
 //!
-//! Each test starts its own control plane and agent; they run one at a time (two cores).
+//! Each test takes a control plane (one of `scripts/test`'s pool, reset for it, or its own)
+//! and starts its agents with the protocol timers shrunk (`control_plane::TIMER_SCALE`).
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -531,7 +532,8 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
             "--kwok-no-capacity",
             "Standard_D4s_v5/eastus-1/on-demand",
             "--unavailable-offerings-ttl",
-            "60s",
+            // Long enough for step 2 (a batch and at most one cover period, about 5 s).
+            "20s",
         ],
     );
     agent.wait_ready().await;
@@ -577,7 +579,7 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
     cp.apply_yaml(&deployment("second", 1, "3", "4Gi", apart))
         .await;
     // A pod planned onto a node whose anti-affinity peer is still binding waits one cover
-    // period (20 s) before it is planned again; the wait allows for that.
+    // period (4 s at the tests' timer scale) before it is planned again.
     let second = eventually(Duration::from_secs(90), "a second claim", || async {
         list(&claims)
             .await
@@ -662,7 +664,9 @@ async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_
         "{}",
         condition.message
     );
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Two more provisioning passes over the pending pods and the invalid pool: any claim
+    // they would make exists by then.
+    agent.wait_passes("provisioning", 2, 60).await;
     assert!(
         list(&claims_api(&cp)).await.is_empty(),
         "a claim was created for an invalid pool"
@@ -740,7 +744,7 @@ spec:
     };
     if tokio::time::timeout(Duration::from_secs(120), async {
         while web_running(&list(&pods).await) < 2 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     })
     .await
@@ -783,7 +787,7 @@ spec:
     scale(&cp, "web", 12).await;
     if tokio::time::timeout(Duration::from_secs(180), async {
         while web_running(&list(&pods).await) < 12 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     })
     .await
@@ -849,23 +853,26 @@ async fn when_the_leader_dies_mid_provisioning_the_other_agent_finishes_without_
         second.metrics().await.contains("tailor_leader 1"),
         "the second agent took over"
     );
-    // Let garbage collection and lifecycle settle, then compare claims and nodes one to one.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let claims = list(&claims).await;
+    // Once lifecycle has settled, claims and nodes match one to one.
     let nodes: Api<Node> = Api::all(cp.client.clone());
-    let nodes = list(&nodes).await;
-    let claim_nodes: BTreeSet<String> = claims
-        .iter()
-        .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
-        .collect();
-    let node_names: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
-    assert_eq!(
-        claim_nodes, node_names,
-        "every node has its claim and every claim its node"
-    );
-    assert_eq!(claims.len(), nodes.len(), "no claim without a node");
+    let (_claims, nodes) = eventually(
+        Duration::from_secs(60),
+        "every node with its claim and every claim with its node",
+        || async {
+            let claims = list(&claims).await;
+            let nodes = list(&nodes).await;
+            let claim_nodes: BTreeSet<String> = claims
+                .iter()
+                .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.clone()))
+                .collect();
+            let node_names: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+            (claim_nodes == node_names && claims.len() == nodes.len()).then_some((claims, nodes))
+        },
+    )
+    .await;
     // No double provisioning: every node holds pods, and the total is what one plan buys.
     let all = list(&pods).await;
+    let node_names: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
     for n in &node_names {
         assert!(
             all.iter()
@@ -935,8 +942,8 @@ async fn an_agent_killed_mid_drain_finishes_the_drain_after_a_restart() {
         },
     )
     .await;
+    // Killed (and reaped) mid-drain: nothing but a restarted agent finishes it.
     agent.kill();
-    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         nodes.get(&node_name).await.is_ok(),
         "the node outlived the agent"
@@ -1097,13 +1104,15 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
 
     scale(&cp, "web", 6).await;
     // Watch the PDB while consolidation runs: never fewer than 4 ready web pods.
-    // Run until the node set has not changed for 40 s (or 4 minutes pass), watching the PDB.
+    // Run until no disruption is in flight and the node set has not changed for two full
+    // decision cycles (or 4 minutes pass), watching the PDB.
     let mut lowest = usize::MAX;
     let start = std::time::Instant::now();
     let mut last_change = std::time::Instant::now();
     let mut last_set: BTreeSet<String> = before.iter().map(|n| n.name_any()).collect();
+    let claims = claims_api(&cp);
     while start.elapsed() < Duration::from_secs(240)
-        && last_change.elapsed() < Duration::from_secs(40)
+        && last_change.elapsed() < 2 * control_plane::decision_cycle()
     {
         let listed = list(&pods).await;
         let web_ready = ready_count(&listed, "web");
@@ -1111,7 +1120,12 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
             lowest = lowest.min(web_ready);
         }
         let set: BTreeSet<String> = list(&nodes).await.iter().map(|n| n.name_any()).collect();
-        if set != last_set {
+        let in_flight = list(&claims).await.iter().any(|c| {
+            c.metadata.deletion_timestamp.is_some()
+                || c.annotations()
+                    .contains_key(tailor::controllers::disruption::COMMAND_ANNOTATION)
+        });
+        if set != last_set || in_flight {
             last_set = set;
             last_change = std::time::Instant::now();
         }
@@ -1209,7 +1223,9 @@ async fn recommend_only_disruption_reports_and_touches_nothing_until_the_pool_tu
         agent.metrics().await.contains("mode=\"recommend\""),
         "the decision is counted as a recommendation"
     );
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Longer than autonomous mode would take to carry the decision out: the window that
+    // shows recommend mode holds it.
+    tokio::time::sleep(2 * control_plane::decision_cycle()).await;
     let claims_now: BTreeSet<String> = list(&claims).await.iter().map(|c| c.name_any()).collect();
     assert_eq!(
         claims_now, claims_before,
@@ -1319,7 +1335,7 @@ async fn a_recommend_only_pool_is_reported_and_kept_while_an_autonomous_pool_bes
             e.reason.as_deref() == Some("WouldDisrupt")
                 && e.involved_object.name.as_deref() == Some("batch")
         });
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let note = report.and_then(|e| e.message).unwrap_or_default();
     let batch_nodes: BTreeSet<String> = before
@@ -1506,7 +1522,8 @@ async fn capacity_is_bought_ahead_of_the_growth_yesterdays_cycle_expects_and_kep
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    // Longer than consolidation takes to remove an empty node in this pool.
+    tokio::time::sleep(2 * control_plane::decision_cycle()).await;
     let claims_before: BTreeSet<String> =
         list(&claims).await.iter().map(|c| c.name_any()).collect();
     assert!(
@@ -1706,8 +1723,9 @@ async fn a_pool_whose_pods_fell_yesterday_at_this_hour_is_not_consolidated_by_mo
         },
     )
     .await;
+    // Held over two full decision cycles, longer than a move would take to be carried out.
     let held_from = std::time::Instant::now();
-    while held_from.elapsed() < Duration::from_secs(60) {
+    while held_from.elapsed() < 2 * control_plane::decision_cycle() {
         let (web_now, on_now) = web_pods(&list(&pods).await);
         assert_eq!(
             web_now,
@@ -1716,7 +1734,7 @@ async fn a_pool_whose_pods_fell_yesterday_at_this_hour_is_not_consolidated_by_mo
             agent.log_tail(60)
         );
         assert_eq!(on_now, web_nodes);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let cost_held = node_cost(&list(&nodes).await);
     assert!(
@@ -1840,7 +1858,8 @@ async fn a_node_azure_will_reclaim_is_drained_before_it_goes_and_only_that_node(
         || event_on_victim("WouldDrainForInterruption"),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Two interruption passes (one every 2 s) after the report: nothing is touched.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let kept = list(&claims)
         .await
         .into_iter()
@@ -1849,11 +1868,31 @@ async fn a_node_azure_will_reclaim_is_drained_before_it_goes_and_only_that_node(
     assert!(kept.metadata.deletion_timestamp.is_none());
     assert_eq!(running(&list(&pods).await), 3);
 
-    // Autonomous again before the VM goes: the node is drained.
+    // Autonomous again before the VM goes: the node is drained. Every NodeClaim marked
+    // interrupted from now on is recorded from a watch, so none goes unseen however quickly
+    // it is deleted.
+    let marked: std::sync::Arc<std::sync::Mutex<BTreeSet<String>>> = Default::default();
+    let watch = {
+        use futures::StreamExt;
+        let marked = marked.clone();
+        let stream = kube::runtime::watcher(claims.clone(), Default::default());
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
+            while let Some(Ok(c)) = stream.next().await {
+                if c.annotations()
+                    .get(labels::TERMINATION_REASON_ANNOTATION)
+                    .map(String::as_str)
+                    == Some("interrupted")
+                {
+                    marked.lock().expect("lock").insert(c.name_any());
+                }
+            }
+        })
+    };
     set_mode(None).await;
 
     // The victim's claim goes, marked interrupted; no other claim is.
-    let going = eventually(
+    eventually(
         Duration::from_secs(60),
         "the victim's NodeClaim deleted",
         || async {
@@ -1861,24 +1900,10 @@ async fn a_node_azure_will_reclaim_is_drained_before_it_goes_and_only_that_node(
             let victim = listed.iter().find(|c| c.name_any() == victim_claim);
             victim
                 .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
-                .then_some(listed)
+                .then_some(())
         },
     )
     .await;
-    let interrupted: Vec<String> = going
-        .iter()
-        .filter(|c| {
-            c.annotations()
-                .get(labels::TERMINATION_REASON_ANNOTATION)
-                .map(String::as_str)
-                == Some("interrupted")
-        })
-        .map(|c| c.name_any())
-        .collect();
-    assert!(
-        interrupted.iter().all(|c| *c == victim_claim),
-        "only the victim is marked interrupted: {interrupted:?}"
-    );
     // Its pods move: all three run again, none on the victim, which is gone.
     eventually(
         Duration::from_secs(120),
@@ -1893,6 +1918,13 @@ async fn a_node_azure_will_reclaim_is_drained_before_it_goes_and_only_that_node(
         },
     )
     .await;
+    watch.abort();
+    let interrupted = marked.lock().expect("lock").clone();
+    assert_eq!(
+        interrupted,
+        BTreeSet::from([victim_claim.clone()]),
+        "the victim, and only the victim, is marked interrupted"
+    );
     let told = event_on_victim("DrainingForInterruption").await;
     assert!(
         told.is_some(),

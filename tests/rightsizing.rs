@@ -2,7 +2,8 @@
 //! plane (with the kubelet stand-in running the pods) and a real Prometheus backfilled with
 //! usage of the test workloads' pods.
 //!
-//! Each test starts its own control plane, Prometheus and agents; they run one at a time.
+//! Each test starts its own Prometheus and agents and takes a control plane (one of
+//! `scripts/test`'s pool, reset for it, or its own).
 
 #[path = "support/bin.rs"]
 mod bin;
@@ -107,8 +108,20 @@ fn history(containers: &[(&str, &str, f64, f64, i64)]) -> (String, i64) {
 
 fn usage() -> String {
     history(&[
-        ("default", "web-5d8f7c9b4-abcde", 0.2, 300.0, 3 * DAY),
-        ("default", "web-5d8f7c9b4-fghij", 0.25, 320.0, 3 * DAY),
+        (
+            "default",
+            "web-5d8f7c9b4-abcde",
+            WEB_USAGE[0].0,
+            WEB_USAGE[0].1,
+            3 * DAY,
+        ),
+        (
+            "default",
+            "web-5d8f7c9b4-fghij",
+            WEB_USAGE[1].0,
+            WEB_USAGE[1].1,
+            3 * DAY,
+        ),
         ("default", "api-7c6b5d4f8-klmno", 0.1, 200.0, 3 * DAY),
         ("default", "fresh-6f5e4d3c2-pqrst", 0.05, 100.0, 6 * 3600),
         ("other", "batch-8e7d6c5b4-uvwxy", 0.3, 400.0, 3 * DAY),
@@ -379,9 +392,65 @@ async fn in_recommend_mode_every_workload_gets_the_recommendation_tailor_recomme
     ] {
         assert!(columns.contains(&wanted.to_string()), "{columns:?}");
     }
-    // Nothing about the pods changed.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The values against the usage the generator wrote, not against Tailor's own policy:
+    // web's CPU request lies between the median and 1.5 times the peak of its two pods'
+    // per-minute usage, and its memory request covers the peak working set by at most half
+    // again. Neither the template's requests (1 core, 1Gi) nor a starved value pass.
+    let usage = generated(&WEB_USAGE);
+    let web_requests = &web.status.as_ref().expect("status").containers[0]
+        .recommended
+        .requests;
+    let cpu = millicores(&web_requests["cpu"].0) as f64 / 1000.0;
+    let memory = bytes(&web_requests["memory"].0) / MIB;
+    assert!(
+        cpu >= usage.cpu_median && cpu <= 1.5 * usage.cpu_max,
+        "web's CPU request {cpu} cores against usage median {} and peak {}",
+        usage.cpu_median,
+        usage.cpu_max
+    );
+    assert!(
+        memory >= usage.memory_max && memory <= 1.5 * usage.memory_max,
+        "web's memory request {memory} MiB against a peak working set of {} MiB",
+        usage.memory_max
+    );
+    // Nothing about the pods changed once the round (the only one: an hour apart) is over.
+    eventually(
+        Duration::from_secs(30),
+        "the right-sizing round done",
+        || async { (agent.passes("rightsizing").await >= 1).then_some(()) },
+    )
+    .await;
     assert_eq!(pod_state(&cp, "default").await, before);
+}
+
+/// The generator's parameters of web's two pods: (mean cores, mean working set in MiB).
+const WEB_USAGE: [(f64, f64); 2] = [(0.2, 300.0), (0.25, 320.0)];
+
+/// What the generator wrote for a workload's pods over three days, computed from its
+/// formulas (the oracle the recommendation is checked against).
+struct Generated {
+    cpu_median: f64,
+    cpu_max: f64,
+    memory_max: f64,
+}
+
+fn generated(pods: &[(f64, f64)]) -> Generated {
+    let end = jiff::Timestamp::now().as_second() / 60 * 60;
+    let mut cpu = Vec::new();
+    let mut memory_max = 0.0_f64;
+    for &(cores, mib) in pods {
+        for t in (end - 3 * DAY..=end).step_by(60) {
+            let phase = 2.0 * PI * (t % DAY) as f64 / DAY as f64;
+            cpu.push(cores * (1.0 + 0.5 * phase.sin()));
+            memory_max = memory_max.max(mib + 30.0 * phase.cos());
+        }
+    }
+    cpu.sort_by(f64::total_cmp);
+    Generated {
+        cpu_median: cpu[cpu.len() / 2],
+        cpu_max: cpu[cpu.len() - 1],
+        memory_max,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -611,7 +680,8 @@ async fn bad_policies_are_refused_or_reported_and_nothing_is_recommended_under_t
         recommendation(&cp, "default", "deployment-api").await
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A full round after the one that wrote api's: web's and batch's would exist by then.
+    agent.wait_passes("rightsizing", 1, 60).await;
     assert!(
         recommendation(&cp, "default", "deployment-web")
             .await
@@ -700,11 +770,11 @@ async fn in_auto_mode_running_pods_are_resized_in_place_without_restarts_and_hpa
     agent.wait_ready().await;
     let web = actionable(&cp, "deployment-web", 60).await;
     let web_target = recommended_requests(&web);
-    assert_ne!(
-        web_target,
-        before.values().next().expect("a pod").1.0,
-        "a change to make"
-    );
+    let (_, (_, web_before)) = before
+        .iter()
+        .find(|(name, _)| name.starts_with("web-"))
+        .expect("a web pod");
+    assert_ne!(web_target, web_before.0, "a change to make");
     // Every web pod is resized, spec and status, with no restart and no new pod.
     eventually(
         Duration::from_secs(60),
