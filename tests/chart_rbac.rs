@@ -11,7 +11,8 @@
 //!
 //! Then every permission the chart grants (each verb on each resource of each rule) is
 //! taken away in turn, the agent restarted, and the same scenario run again: each removal
-//! must break it (a 403 in the agent's log, the agent exiting, or a stage not completing).
+//! must break it with a 403 for exactly that verb on that resource, as the API server's audit
+//! log shows; a stall or an exit with no such refusal fails the test.
 //! A permission whose removal breaks nothing is one the chart should not grant.
 
 #[path = "support/control_plane.rs"]
@@ -680,8 +681,8 @@ async fn state(cp: &ControlPlane) -> String {
 /// Why a run of the scenario did not complete.
 #[derive(Debug)]
 enum Broken {
-    /// The API server refused a request: the agent's log line.
-    Forbidden(String),
+    /// The API server refused one of the agents' requests (403), as its audit log shows.
+    Refused(Refusal),
     /// The agent exited: its last log line.
     Exited(String),
     /// A stage did not complete in time.
@@ -691,45 +692,120 @@ enum Broken {
 impl fmt::Display for Broken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Broken::Forbidden(line) => write!(f, "403: {}", excerpt(line)),
-            Broken::Exited(line) => write!(f, "agent exited: {}", excerpt(line)),
-            Broken::Stalled(stage) => write!(f, "stalled: {stage}"),
+            Broken::Refused(r) => write!(f, "403: {r}"),
+            Broken::Exited(line) => write!(f, "agent exited without a 403: {}", excerpt(line)),
+            Broken::Stalled(stage) => write!(f, "stalled without a 403: {stage}"),
         }
     }
 }
 
-/// The part of a refusal that says what was refused.
+/// A request of a ServiceAccount the API server answered 403, from its audit log.
+#[derive(Debug, Clone, PartialEq)]
+struct Refusal {
+    verb: String,
+    group: String,
+    /// With its subresource: `pods/eviction`.
+    resource: String,
+    user: String,
+}
+
+impl Refusal {
+    /// Whether this refusal is of `p`: its verb on its resource.
+    fn of(&self, p: &Permission) -> bool {
+        self.verb == p.verb && self.group == p.group && self.resource == p.resource
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        write!(
+            f,
+            "{} {}/{} by {}",
+            self.verb, group, self.resource, self.user
+        )
+    }
+}
+
+/// The API server's audit log (`scripts/control-plane` audits every request of a
+/// ServiceAccount outside kube-system), read from where a run began.
+struct Audit {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl Audit {
+    /// The log from its current end on.
+    fn from_now(cp: &ControlPlane) -> Audit {
+        let path = cp.dir().join("logs").join("audit.log");
+        let offset = std::fs::metadata(&path).map_or(0, |m| m.len());
+        Audit { path, offset }
+    }
+
+    /// The first refusal in the complete lines written since the last read.
+    fn refusal(&mut self) -> Option<Refusal> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(&self.path).ok()?;
+        file.seek(SeekFrom::Start(self.offset)).ok()?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).ok()?;
+        let complete = text.rfind('\n').map_or(0, |i| i + 1);
+        self.offset += complete as u64;
+        text[..complete].lines().find_map(|line| {
+            let e: serde_json::Value = serde_json::from_str(line).ok()?;
+            if e["responseStatus"]["code"].as_i64() != Some(403) {
+                return None;
+            }
+            let o = &e["objectRef"];
+            let resource = match o["subresource"].as_str() {
+                Some(sub) => format!("{}/{sub}", o["resource"].as_str()?),
+                None => o["resource"].as_str()?.to_string(),
+            };
+            // The verb authorization refused, which is not always the request's: a
+            // server-side apply (a patch) of an object that does not exist yet needs
+            // `create`, and its refusal says "cannot create".
+            let message = e["responseStatus"]["message"].as_str().unwrap_or_default();
+            let refused = message
+                .split_once(" cannot ")
+                .and_then(|(_, rest)| rest.split_whitespace().next());
+            Some(Refusal {
+                verb: refused.or(e["verb"].as_str())?.to_string(),
+                group: o["apiGroup"].as_str().unwrap_or_default().to_string(),
+                resource,
+                user: e["user"]["username"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+    }
+}
+
+/// The part of an agent's log line that says what went wrong.
 fn excerpt(line: &str) -> String {
-    let line = line.replace("\\\"", "\"");
-    let from = line.find("cannot ").unwrap_or(0);
-    let text = &line[from..];
-    let end = [
-        " at the cluster scope",
-        " in the namespace",
-        ": RBAC",
-        ": Forbidden",
-    ]
-    .iter()
-    .filter_map(|s| text.find(s))
-    .min()
-    .unwrap_or(text.len());
-    text[..end].chars().take(110).collect()
+    line.chars()
+        .rev()
+        .take(110)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect()
 }
 
-/// The first refusal in an agent's log.
-fn forbidden(log: &str) -> Option<String> {
-    log.lines()
-        .find(|l| l.to_ascii_lowercase().contains("forbidden"))
-        .map(str::to_string)
-}
-
-/// The agents of a run: the leader first, and the follower of the hand-over.
+/// The agents of a run: the leader first, and the follower of the hand-over; and the API
+/// server's audit log since the run began.
 struct Agents {
     all: Vec<Agent>,
+    audit: Audit,
 }
 
 impl Agents {
-    /// Fails fast on a refusal or an exit, else polls `probe` until it holds.
+    /// Fails fast on a refusal (a 403 in the API server's audit log) or an exit, else polls
+    /// `probe` until it holds.
     async fn until<T, F, Fut>(
         &mut self,
         stage: &'static str,
@@ -742,11 +818,11 @@ impl Agents {
     {
         let start = Instant::now();
         loop {
+            if let Some(refusal) = self.audit.refusal() {
+                return Err(Broken::Refused(refusal));
+            }
             for agent in &mut self.all {
                 let log = agent.log();
-                if let Some(line) = forbidden(&log) {
-                    return Err(Broken::Forbidden(line));
-                }
                 if agent.exited() {
                     let last = log.lines().last().unwrap_or_default().to_string();
                     return Err(Broken::Exited(last));
@@ -844,6 +920,7 @@ async fn scenario(
     )
     .await;
     let mut agents = Agents {
+        audit: Audit::from_now(cp),
         all: vec![start("a", 0)],
     };
     let first = &agents.all[0].url.clone();
@@ -1166,21 +1243,20 @@ async fn the_agent_needs_every_permission_of_the_chart_and_no_other() {
         unneeded.is_empty(),
         "the chart grants permissions the agent does not need: {unneeded:?}"
     );
-    // A refusal must name the permission taken away: the break is the removal's doing.
+    // Each break must be the API server refusing the permission taken away (a 403 for that
+    // verb on that resource in its audit log): a stall or an exit without one, or a refusal
+    // of another permission, is not the removal's doing.
     let wrong: Vec<String> = table
         .iter()
         .filter_map(|(p, outcome, _)| match outcome {
-            Err(Broken::Forbidden(line)) => {
-                let resource = p.resource.split('/').next().unwrap_or_default();
-                (!(line.contains(&p.verb) && line.contains(resource)))
-                    .then(|| format!("{p}: {line}"))
-            }
-            _ => None,
+            Err(Broken::Refused(r)) if r.of(p) => None,
+            Err(b) => Some(format!("{p}: {b}")),
+            Ok(()) => None,
         })
         .collect();
     assert!(
         wrong.is_empty(),
-        "refusals of another permission: {wrong:?}"
+        "removals that broke the scenario without a 403 of their own: {wrong:?}"
     );
     println!(
         "{} permissions; each one's removal broke the scenario; {:.0} s in all",
