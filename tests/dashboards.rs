@@ -156,7 +156,7 @@ async fn every_panel_query_returns_data_from_prometheus_scraping_the_demo() {
     let address = format!("127.0.0.1:{port}");
     let mut demo = Command::new(env!("CARGO_BIN_EXE_tailor"))
         .args([
-            "demo", "--days", "2", "--serve", &address, "-o", "json", "--report",
+            "demo", "--days", "1", "--serve", &address, "-o", "json", "--report",
         ])
         .arg(&report)
         .env_remove("RUST_LOG")
@@ -207,12 +207,46 @@ async fn every_panel_query_returns_data_from_prometheus_scraping_the_demo() {
             log.join("\n")
         );
     }
-    // A few scrapes of the final values.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let over_at = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+    // `--serve` keeps /metrics up after the run, with the autonomous run recorded.
+    assert!(
+        log.iter().any(|l| l.contains("serving /metrics")),
+        "{log:?}"
+    );
     let client = reqwest::Client::new();
+    let served = client
+        .get(format!("http://{address}/metrics"))
+        .send()
+        .await
+        .expect("/metrics answers after the run");
+    assert!(served.status().is_success());
+    let body = served.text().await.expect("metrics text");
+    for family in [
+        "tailor_nodeclaims_launched",
+        "tailor_provisioning_duration_seconds",
+    ] {
+        assert!(body.contains(family), "{family} missing:\n{body}");
+    }
+    // Prometheus has scraped the final values: a scrape began after the run was over.
     let url = prometheus.url.clone();
-    let up = query(&client, &url, "up{job=\"tailor\"}").await;
-    assert_eq!(up[0]["value"][1], "1", "Prometheus scrapes the demo: {up}");
+    let mut up = serde_json::Value::Null;
+    for _ in 0..120 {
+        up = query(&client, &url, "timestamp(up{job=\"tailor\"} == 1)").await;
+        let scraped = up[0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse::<f64>().ok());
+        if scraped.is_some_and(|t| t > over_at + 1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let scraped = up[0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        scraped.is_some_and(|t| t > over_at + 1.0),
+        "Prometheus scrapes the demo after its run: {up}"
+    );
 
     let mut checked = 0;
     let mut empty = Vec::new();

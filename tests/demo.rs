@@ -10,18 +10,7 @@ use bin::tailor;
 
 #[test]
 fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let report = dir.path().join("demo.html");
-    let (ok, stdout, stderr) = tailor(&[
-        "demo",
-        "--days",
-        "2",
-        "--report",
-        report.to_str().expect("utf-8"),
-        "-o",
-        "json",
-    ]);
-    assert!(ok, "{stderr}");
+    let (stdout, stderr, html) = bin::two_day_demo();
     assert!(
         stderr.contains("autonomous:") && stderr.contains("% of 2 virtual days"),
         "progress is shown: {stderr}"
@@ -34,7 +23,8 @@ fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
     // Cheaper counts only with the pods running: pods left pending cost nothing. None is
     // pending at the end, and over the run they waited at most 20 pod-hours: about 300
     // pods for 48 hours are 14,400 pod-hours, so 20 is 0.14% of them, which cannot
-    // explain a spend lower by a third or more.
+    // explain a spend lower by a third (against recommend-only) or by a sixth (against
+    // consolidation-only).
     for (name, run) in [
         ("recommendOnly", &v["recommendOnly"]),
         ("consolidationOnly", &v["consolidationOnly"]),
@@ -48,18 +38,20 @@ fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
             .expect("samples");
         assert_eq!(f(&last["pending"]), 0.0, "{name}: pods pending at the end");
     }
+    // Autonomous spends a third less than recommend-only, which changes nothing (on this
+    // seed, 569 USD against 1,081 over the two days).
     assert!(
-        f(&au["totalCost"]) < f(&ro["totalCost"]),
-        "autonomous spends less than recommend-only: {v}"
+        f(&au["totalCost"]) <= f(&ro["totalCost"]) * 2.0 / 3.0,
+        "autonomous spends a third less than recommend-only: {v}"
     );
-    // Over two days autonomous spends less than consolidation-only too, though its first
-    // day costs more: right-sizing starts after 12 hours of history, and until a day of the
-    // cycle is known the capacity needed over the last hours is kept. On this seed the
-    // 7-day bench's first two days cost 570 USD against 725; the week-long comparison is
-    // `cargo bench --bench demo`'s.
+    // ... and a sixth less than consolidation-only, though its first day costs more:
+    // right-sizing starts after 12 hours of history, and until a day of the cycle is known
+    // the capacity needed over the last hours is kept. On this seed 569 USD against 725
+    // (a saving of 21%); over the week, the bench's target is 0.6 of consolidation-only
+    // (`cargo bench --bench demo`).
     assert!(
-        f(&au["totalCost"]) < f(&co["totalCost"]),
-        "autonomous spends less than consolidation-only over two days: {v}"
+        f(&au["totalCost"]) <= f(&co["totalCost"]) * 5.0 / 6.0,
+        "autonomous spends a sixth less than consolidation-only over two days: {v}"
     );
     assert_eq!(
         v["consolidationOnly"]["mode"].as_str(),
@@ -116,22 +108,24 @@ fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
         0.0,
         "recommend-only disrupts nothing"
     );
-    // Fixed bounds, the targets for a week (this run is two days): not figures
-    // the program reports about itself.
+    // Fixed bounds: the week's targets (at most 4 OOM kills, 350 evictions, 60 launches
+    // after the bring-up) at the same rate over this run's two days, in whole events. Not
+    // figures the program reports about itself.
+    let days = 2.0;
+    let at_week_rate = |week: f64| (week * days / 7.0).ceil();
     assert!(
-        f(&au["oomKills"]) <= 4.0,
+        f(&au["oomKills"]) <= at_week_rate(4.0),
         "OOM kills {} (recommend-only {})",
         au["oomKills"],
         ro["oomKills"]
     );
-    assert!(f(&au["podsEvicted"]) <= 350.0, "{au}");
-    assert!(f(&au["launches"]) <= 60.0, "{au}");
+    assert!(f(&au["podsEvicted"]) <= at_week_rate(350.0), "{au}");
+    assert!(f(&au["launches"]) <= at_week_rate(60.0), "{au}");
     assert_eq!(
         v["recommendOnly"]["samples"].as_array().map(Vec::len),
         Some(48)
     );
 
-    let html = std::fs::read_to_string(&report).expect("the report is written");
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(!html.contains("<script"), "self-contained");
     for chart in [
@@ -179,65 +173,6 @@ fn a_bad_demo_flag_is_refused_naming_it() {
     assert!(
         stderr.contains("--days") && stderr.contains('0'),
         "{stderr}"
-    );
-}
-
-#[test]
-fn serve_keeps_metrics_up_with_the_autonomous_run_recorded() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::{Command, Stdio};
-
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tailor"))
-        .args([
-            "demo",
-            "--days",
-            "1",
-            "--serve",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .arg("--report")
-        .arg(dir.path().join("demo.html"))
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tailor starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    // Wait for the run to end; /metrics stays up afterwards.
-    for line in lines.by_ref() {
-        let line = line.expect("a line");
-        let over = line.contains("stays up");
-        seen.push(line);
-        if over {
-            break;
-        }
-    }
-    let mut body = String::new();
-    if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-        let _ = write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        );
-        let _ = s.read_to_string(&mut body);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(
-        seen.iter().any(|l| l.contains("serving /metrics")),
-        "{seen:?}"
-    );
-    assert!(body.contains("200 OK"), "{body}");
-    assert!(body.contains("tailor_nodeclaims_launched"), "{body}");
-    assert!(
-        body.contains("tailor_provisioning_duration_seconds"),
-        "{body}"
     );
 }
 
