@@ -1,6 +1,8 @@
 //! The simulated cluster records what it does in the same metrics the agent serves: every
 //! VM the cloud created, for pending pods or as a disruption replacement, is a counted
 //! launch, and the node, OOM, eviction and right-sizing metrics agree with the run's own summary.
+//! The simulated cloud's record of the calls it received is the oracle for the cloud
+//! metrics.
 
 use tailor::catalog::{Catalog, CatalogOptions};
 use tailor::provisioning::Mode;
@@ -55,6 +57,14 @@ fn every_launch_the_cloud_saw_is_counted_replacements_included() {
         creates - failed,
         launched,
         "every successful create is a launch"
+    );
+    // The cloud's own record of the calls it received, against the metered counters.
+    let calls = &run.create_calls;
+    assert_eq!(creates as usize, calls.len(), "create calls counted");
+    assert_eq!(
+        failed as usize,
+        calls.iter().filter(|c| c.outcome.is_err()).count(),
+        "failed creates counted"
     );
     // The node count is what the run's last sample says.
     let last = run.samples.last().expect("samples");

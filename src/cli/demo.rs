@@ -562,6 +562,7 @@ fn empty_run(mode: &str) -> RunResult {
         samples: Vec::new(),
         workloads: Vec::new(),
         summary: Default::default(),
+        create_calls: Vec::new(),
     }
 }
 
@@ -587,6 +588,7 @@ mod tests {
                 .collect(),
             workloads: Vec::new(),
             summary: Default::default(),
+            create_calls: Vec::new(),
         }
     }
 

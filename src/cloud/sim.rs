@@ -54,8 +54,13 @@ struct SimInstance {
 /// A create call the simulated cloud received, and what it answered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateCall {
+    /// When it came.
+    pub at: Timestamp,
     /// The request as the provider sent it.
     pub request: LaunchRequest,
+    /// The offerings (size, zone, capacity type) it found without capacity, in the order
+    /// tried: each is unavailable from then on for the TTL of a capacity error.
+    pub refused: Vec<(String, String, CapacityType)>,
     /// The instance type launched, or the error returned.
     pub outcome: std::result::Result<String, CloudError>,
 }
@@ -238,12 +243,15 @@ impl SimulatedAzure {
     fn create_now(&self, request: &LaunchRequest) -> Result<Instance> {
         let now = self.clock.now();
         let mut state = self.lock();
+        let mut refused = Vec::new();
         let result = match state.create_errors.pop_front() {
             Some(error) => Err(error),
-            None => self.launch(&mut state, request, now),
+            None => self.launch(&mut state, request, now, &mut refused),
         };
         state.create_calls.push(CreateCall {
+            at: now,
             request: request.clone(),
+            refused,
             outcome: result
                 .as_ref()
                 .map(|i| i.instance_type.clone())
@@ -257,6 +265,7 @@ impl SimulatedAzure {
         state: &mut SimState,
         request: &LaunchRequest,
         now: Timestamp,
+        refused: &mut Vec<(String, String, CapacityType)>,
     ) -> Result<Instance> {
         self.throttled(state)?;
         self.settle(state, now);
@@ -305,6 +314,7 @@ impl SimulatedAzure {
                     .unavailable
                     .mark(&offering_key.0, &offering_key.1, offering_key.2, now);
                 tried.push(candidate.describe());
+                refused.push(offering_key);
                 continue;
             }
             let family = it.sku_name.series();
@@ -586,6 +596,16 @@ mod tests {
             ))
             .await;
         cloud.clear_no_capacity("Standard_D2s_v5", "eastus-3", CapacityType::Spot);
+        let refused = cloud.create_calls()[1].refused.clone();
+        assert_eq!(
+            refused,
+            [(
+                "Standard_D2s_v5".to_string(),
+                "eastus-3".to_string(),
+                CapacityType::Spot
+            )],
+            "the call that found no capacity says where"
+        );
         let marked: crate::cloud::UnavailableSet = cloud
             .instance_types()
             .await
@@ -627,6 +647,7 @@ mod tests {
         let calls = cloud.create_calls();
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].request.claim, "c1");
+        assert!(calls.iter().all(|c| c.refused.is_empty()));
         assert_eq!(calls[0].outcome, Err(quota));
         assert_eq!(calls[1].request, request("c2", vec![d2()]));
         assert_eq!(calls[1].outcome, Ok("Standard_D2s_v5".to_string()));

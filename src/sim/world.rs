@@ -314,6 +314,10 @@ pub struct RunResult {
     pub workloads: Vec<WorkloadOutcome>,
     /// Totals.
     pub summary: RunSummary,
+    /// Every create call the simulated cloud received, in order (not part of the demo's
+    /// output: what tests check the provider's calls against).
+    #[serde(skip)]
+    pub create_calls: Vec<crate::cloud::sim::CreateCall>,
 }
 
 /// Builds an API object from its JSON form. Every call passes a literal of the type's own
@@ -835,6 +839,7 @@ fn empty_run(settings: &RunSettings) -> RunResult {
         samples: Vec::new(),
         workloads: Vec::new(),
         summary: RunSummary::default(),
+        create_calls: Vec::new(),
     }
 }
 
@@ -1172,6 +1177,7 @@ async fn run_paused(
         samples,
         workloads: workloads_out,
         summary,
+        create_calls: cloud.create_calls(),
     }
 }
 
