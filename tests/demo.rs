@@ -209,12 +209,7 @@ fn headroom_buys_the_morning_ramp_before_its_pods_arrive() {
         );
         (by_cause.get("scale-up").copied().unwrap_or(0.0), r.summary)
     };
-    // The two runs are independent: side by side on two cores.
-    let ((before, a), (after, b)) = std::thread::scope(|s| {
-        let without = s.spawn(|| run_with(&without));
-        let with = run_with(&with);
-        (without.join().expect("the run without headroom"), with)
-    });
+    let ((before, a), (after, b)) = (run_with(&without), run_with(&with));
     eprintln!("scale-up pending pod-hours: {before:.2} without headroom, {after:.2} with");
     eprintln!("launches: {} without, {} with", a.launches, b.launches);
     // Without the lead every morning's replicas wait for nodes.
