@@ -218,6 +218,19 @@ pub struct Interruption {
 /// Offerings (size, zone, capacity type) that cannot be bought now.
 pub type UnavailableSet = std::collections::BTreeSet<(String, String, CapacityType)>;
 
+/// The offerings of `types` marked unavailable.
+pub fn unavailable_in(types: Vec<InstanceType>) -> UnavailableSet {
+    types
+        .into_iter()
+        .flat_map(|t| {
+            t.offerings
+                .into_iter()
+                .filter(|o| !o.available)
+                .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
+        })
+        .collect()
+}
+
 /// The operations Tailor needs from a cloud. Implementations: [`sim::SimulatedAzure`];
 /// the Azure Resource Manager provider.
 pub trait CloudProvider: Send + Sync {
@@ -241,19 +254,7 @@ pub trait CloudProvider: Send + Sync {
     /// (size, zone, capacity type). A cloud that knows them without building every
     /// instance type answers more cheaply; the answer is the same.
     fn unavailable_offerings(&self) -> impl Future<Output = Result<UnavailableSet>> + Send {
-        async {
-            Ok(self
-                .instance_types()
-                .await?
-                .into_iter()
-                .flat_map(|t| {
-                    t.offerings
-                        .into_iter()
-                        .filter(|o| !o.available)
-                        .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
-                })
-                .collect())
-        }
+        async { Ok(unavailable_in(self.instance_types().await?)) }
     }
 
     /// Whether a VM has drifted from what would be launched today.

@@ -606,18 +606,7 @@ mod tests {
             )],
             "the call that found no capacity says where"
         );
-        let marked: crate::cloud::UnavailableSet = cloud
-            .instance_types()
-            .await
-            .expect("types")
-            .into_iter()
-            .flat_map(|t| {
-                t.offerings
-                    .into_iter()
-                    .filter(|o| !o.available)
-                    .map(move |o| (t.name.clone(), o.zone, o.capacity_type))
-            })
-            .collect();
+        let marked = crate::cloud::unavailable_in(cloud.instance_types().await.expect("types"));
         // The injected outage and the offering that failed (still within its TTL).
         assert_eq!(marked.len(), 2, "{marked:?}");
         assert_eq!(cloud.unavailable_offerings().await, Ok(marked));

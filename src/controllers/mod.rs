@@ -136,12 +136,12 @@ impl Timers {
     /// The default timers multiplied by `factor` (in `(0, 1]`), none below 100 ms.
     pub fn scaled(factor: f64) -> Timers {
         let d = Timers::default();
-        let std = |v: Duration| v.mul_f64(factor).max(Duration::from_millis(100));
+        let shrink = |v: Duration| v.mul_f64(factor).max(Duration::from_millis(100));
         let signed = |v: SignedDuration| {
-            SignedDuration::try_from(std(Duration::try_from(v).unwrap_or_default())).unwrap_or(v)
+            SignedDuration::try_from(shrink(Duration::try_from(v).unwrap_or_default())).unwrap_or(v)
         };
         Timers {
-            disruption_interval: std(d.disruption_interval),
+            disruption_interval: shrink(d.disruption_interval),
             validation_delay: signed(d.validation_delay),
             disruption_summary: signed(d.disruption_summary),
             consolidated_recheck: signed(d.consolidated_recheck),
