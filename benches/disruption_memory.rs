@@ -167,7 +167,10 @@ fn main() {
     let types = |s: &NodeSettings| {
         let mut o = CatalogOptions::for_region("eastus");
         o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     let yaml = cluster_yaml(nodes);
     let snapshot = Snapshot::from_yaml("bench.yaml", &yaml).expect("bench cluster parses");

@@ -186,11 +186,11 @@ fn shared_catalog() -> Catalog {
 }
 
 fn all_pools(types: Vec<InstanceType>) -> Input {
-    let mut pool = default_pool(types.clone());
+    let mut pool = default_pool(&types.clone().into());
     // Both capacity types, as the throughput benchmark's catalog has.
     pool.requirements =
         Requirements::new().with(Requirement::one_of("tailor.sh/nodepool", ["default"]));
-    pool.instance_types = types;
+    pool.instance_types = types.into();
     Input {
         pools: vec![pool],
         ..Input::default()
@@ -231,7 +231,7 @@ fn basic_mix(types: Vec<InstanceType>, small: usize, large: usize) -> Input {
     let family = Requirement::new("tailor.sh/sku-family", "In", &["D", "E", "F"]).expect("valid");
     let version = Requirement::new("tailor.sh/sku-version", "In", &["5", "6"]).expect("valid");
     let od = Requirement::one_of("tailor.sh/capacity-type", ["on-demand"]);
-    let mut pool = default_pool(Vec::new());
+    let mut pool = default_pool(&Default::default());
     pool.requirements = pool.requirements.with(family).with(version).with(od);
     pool.instance_types = types
         .into_iter()

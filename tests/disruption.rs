@@ -81,7 +81,10 @@ fn cluster_of(yaml: &str) -> Cluster {
     let types = |s: &NodeSettings| {
         let mut o = CatalogOptions::for_region("eastus");
         o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds")
 }
@@ -461,7 +464,10 @@ status: {{nodeName: ahead}}
     let types = |s: &NodeSettings| {
         let mut o = CatalogOptions::for_region("eastus");
         o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     let later = Cluster::from_snapshot(&snapshot, &types, NOW + 2 * 3600).expect("cluster");
     let r = disruption::evaluate(&later, &Settings::default());
@@ -540,7 +546,10 @@ fn a_held_pool_is_neither_disrupted_nor_grown_but_takes_moved_pods() {
     let types = |s: &NodeSettings| {
         let mut o = CatalogOptions::for_region("eastus");
         o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     let mut cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
     // Nothing held: the expired batch node goes first.
@@ -891,7 +900,10 @@ status: {nodeName: stale}
     let types = |s: &NodeSettings| {
         let mut o = CatalogOptions::for_region("eastus");
         o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     let cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster builds");
     let marks = tailor::controllers::disruption::claim_marks(&cluster);
@@ -931,7 +943,10 @@ fn a_node_holding_a_pod_whose_spec_cannot_be_read_is_left_alone_and_the_rest_is_
     let types = |s: &NodeSettings| {
         let mut o = CatalogOptions::for_region("eastus");
         o.node = s.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     let err = Cluster::from_snapshot(&snapshot, &types, NOW)
         .expect_err("the strict view fails")

@@ -114,7 +114,7 @@ proptest! {
         let types = |s: &NodeSettings| {
             let mut o = CatalogOptions::for_region("eastus");
             o.node = s.clone();
-            catalog.instance_types(&o).map_err(|e| e.to_string())
+            catalog.instance_types(&o).map(Into::into).map_err(|e| e.to_string())
         };
         let cluster = Cluster::from_snapshot(&snapshot, &types, NOW).expect("cluster");
         let out = disruption::run(&cluster, &Settings::default());

@@ -1045,7 +1045,10 @@ fn a_pod_whose_spec_cannot_be_read_costs_only_that_pod() {
     let types = |settings: &tailor::model::NodeSettings| {
         let mut o = tailor::catalog::CatalogOptions::for_region("eastus");
         o.node = settings.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     // Read strictly, the first such pod fails the input, named with its field and value.
     let err = Input::from_snapshot(&snapshot, &types)

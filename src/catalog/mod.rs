@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::model::{CapacityType, InstanceType, NodeSettings, Offering, Sku, SkuName};
+use crate::scheduling::PoolTypes;
 
 const BUILTIN_SKUS: &str = include_str!("builtin-skus.csv");
 const BUILTIN_PRICES: &str = include_str!("builtin-prices.csv");
@@ -163,10 +164,18 @@ pub struct Catalog {
     /// (a refresh makes a new one), and the agent's controllers ask for the same sizes on
     /// every pass.
     built: Arc<Mutex<Vec<Built>>>,
+    /// The same with offerings marked unavailable, as planning shares them.
+    marked: Arc<Mutex<Vec<Marked>>>,
 }
 
 /// Instance types built once for a set of options.
 type Built = (CatalogOptions, Arc<Vec<InstanceType>>);
+
+/// Offerings a cloud reports unavailable: size, zone, capacity type.
+pub type Unavailable = std::collections::BTreeSet<(String, String, CapacityType)>;
+
+/// Instance types built for a set of options with some offerings marked unavailable.
+type Marked = (CatalogOptions, Unavailable, PoolTypes);
 
 impl Catalog {
     /// The catalog compiled into the binary.
@@ -198,6 +207,7 @@ impl Catalog {
             prices,
             spot_prices: BTreeMap::new(),
             built: Arc::default(),
+            marked: Arc::default(),
         })
     }
 
@@ -218,6 +228,7 @@ impl Catalog {
             prices: BTreeMap::from([(region.clone(), on_demand)]),
             spot_prices: BTreeMap::from([(region, spot)]),
             built: Arc::default(),
+            marked: Arc::default(),
         }
     }
 
@@ -271,6 +282,41 @@ impl Catalog {
             built.clear();
         }
         built.push((options.clone(), types.clone()));
+        Ok(types)
+    }
+
+    /// [`Catalog::instance_types`] with the offerings in `unavailable` marked so, as one
+    /// list planning shares: the same options and set give the very same list, so what
+    /// scheduling derives from it ([`PoolTypes`]) is kept from one pass to the next.
+    pub fn planning_types(
+        &self,
+        options: &CatalogOptions,
+        unavailable: &Unavailable,
+    ) -> Result<PoolTypes> {
+        {
+            let marked = self.marked.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, _, types)) = marked
+                .iter()
+                .find(|(o, u, _)| o == options && u == unavailable)
+            {
+                return Ok(types.clone());
+            }
+        }
+        let mut types = self.instance_types(options)?;
+        for t in &mut types {
+            for o in &mut t.offerings {
+                if unavailable.contains(&(t.name.clone(), o.zone.clone(), o.capacity_type)) {
+                    o.available = false;
+                }
+            }
+        }
+        let types = PoolTypes::new(types);
+        let mut marked = self.marked.lock().unwrap_or_else(PoisonError::into_inner);
+        // Each node class's settings times the outages seen lately; a bound all the same.
+        if marked.len() >= 16 {
+            marked.remove(0);
+        }
+        marked.push((options.clone(), unavailable.clone(), types.clone()));
         Ok(types)
     }
 

@@ -104,7 +104,9 @@ pub fn disruption(args: &SimulateArgs) -> Result<(disruption::Report, Vec<String
             os_disk_gib: settings.os_disk_gib,
             ..o.node
         };
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .planning_types(&o, &Default::default())
+            .map_err(|e| e.to_string())
     };
     let cluster = disruption::Cluster::from_snapshot(&snapshot, &types_for, now)
         .map_err(|e| CliError::Input(e.to_string()))?;
@@ -195,7 +197,9 @@ pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
             os_disk_gib: settings.os_disk_gib,
             ..o.node
         };
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .planning_types(&o, &Default::default())
+            .map_err(|e| e.to_string())
     };
     let input =
         Input::from_snapshot(&snapshot, &types_for).map_err(|e| CliError::Input(e.to_string()))?;

@@ -45,8 +45,9 @@ use crate::apis::labels;
 use crate::catalog::CatalogOptions;
 use crate::clock::Clock;
 use crate::cloud::CloudProvider;
-use crate::model::{CapacityType, InstanceType, NodeSettings};
+use crate::model::{CapacityType, NodeSettings};
 use crate::provisioning::Mode;
+use crate::scheduling::PoolTypes;
 use crate::telemetry::Metrics;
 
 pub use state::State;
@@ -282,7 +283,7 @@ impl<C: CloudProvider> Context<C> {
     /// marked so.
     pub async fn instance_types(
         &self,
-    ) -> Result<impl Fn(&NodeSettings) -> Result<Vec<InstanceType>, String> + '_, String> {
+    ) -> Result<impl Fn(&NodeSettings) -> Result<PoolTypes, String> + '_, String> {
         let unavailable = self.unavailable_offerings().await?;
         Ok(move |settings: &NodeSettings| {
             let mut options = self.catalog_options.clone();
@@ -292,20 +293,11 @@ impl<C: CloudProvider> Context<C> {
                 os_disk_gib: settings.os_disk_gib,
                 ..options.node
             };
-            let mut types = self
-                .catalog
+            self.catalog
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .instance_types(&options)
-                .map_err(|e| e.to_string())?;
-            for t in &mut types {
-                for o in &mut t.offerings {
-                    if unavailable.contains(&(t.name.clone(), o.zone.clone(), o.capacity_type)) {
-                        o.available = false;
-                    }
-                }
-            }
-            Ok(types)
+                .planning_types(&options, &unavailable)
+                .map_err(|e| e.to_string())
         })
     }
 }

@@ -565,7 +565,7 @@ async fn provision<C: CloudProvider>(
 /// nodes as their requests).
 fn plan_batch(
     snapshot: &Snapshot,
-    types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
+    types: &dyn Fn(&crate::model::NodeSettings) -> Result<crate::scheduling::PoolTypes, String>,
     batch: &str,
     cost_aware: bool,
 ) -> Option<(Plan, Vec<PodError>)> {
@@ -629,7 +629,7 @@ async fn tell_unreadable<C: CloudProvider>(
 /// launching as capacity already bought.
 fn planning_input(
     snapshot: &Snapshot,
-    types: &dyn Fn(&crate::model::NodeSettings) -> Result<Vec<crate::model::InstanceType>, String>,
+    types: &dyn Fn(&crate::model::NodeSettings) -> Result<crate::scheduling::PoolTypes, String>,
 ) -> Option<(Input, Vec<PodError>)> {
     let (mut input, unreadable) = match Input::from_snapshot_reading_around(snapshot, types) {
         Ok(i) => i,
@@ -868,7 +868,7 @@ async fn report_validation<C: CloudProvider>(
 
 /// Checks the NodePool as the scheduler will read it: requirements, limits, template.
 pub fn validate_pool(pool: &NodePool) -> Result<(), String> {
-    pool_from(pool, Vec::new())
+    pool_from(pool, &crate::scheduling::PoolTypes::default())
         .map(|_| ())
         .map_err(|e| e.to_string())?;
     for (k, v) in &pool.spec.limits {

@@ -325,7 +325,7 @@ impl Cluster {
     /// cannot be read fails it; see [`Cluster::from_snapshot_reading_around`].
     pub fn from_snapshot(
         snapshot: &Snapshot,
-        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<crate::scheduling::PoolTypes, String>,
         now: i64,
     ) -> Result<Self, ClusterError> {
         let cluster = Self::from_snapshot_reading_around(snapshot, instance_types, now)?;
@@ -341,7 +341,7 @@ impl Cluster {
     /// as where the pod could go cannot be simulated.
     pub fn from_snapshot_reading_around(
         snapshot: &Snapshot,
-        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<crate::scheduling::PoolTypes, String>,
         now: i64,
     ) -> Result<Self, ClusterError> {
         let (input, unreadable) = Input::from_snapshot_reading_around(snapshot, instance_types)?;

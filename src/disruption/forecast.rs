@@ -400,7 +400,7 @@ mod tests {
     fn input(cpu: i64, gib: i64) -> Input {
         let mut pod = PodInfo::new("shop/web-1", Resources::cpu_memory(cpu, gib << 30));
         pod.node_name = Some("n1".to_string());
-        let mut pool = default_pool(Vec::new());
+        let mut pool = default_pool(&crate::scheduling::PoolTypes::default());
         pool.name = "default".to_string();
         Input {
             pending: Vec::new(),

@@ -228,7 +228,7 @@ mod tests {
     const GIB: i64 = 1 << 30;
 
     fn input(nodes: Vec<ExistingNode>, pending: Vec<PodInfo>) -> Input {
-        let mut pool = default_pool(Vec::new());
+        let mut pool = default_pool(&crate::scheduling::PoolTypes::default());
         pool.name = "default".to_string();
         pool.requirements = pool
             .requirements
@@ -328,7 +328,8 @@ mod tests {
     fn morning(i: &mut Input) -> DemandHistory {
         i.pools[0].instance_types = crate::catalog::Catalog::builtin()
             .and_then(|c| c.instance_types(&crate::catalog::CatalogOptions::for_region("eastus")))
-            .expect("the built-in catalog loads");
+            .expect("the built-in catalog loads")
+            .into();
         let mut history = DemandHistory::new();
         for minute in (0..24 * 60).step_by(5) {
             let cores = match minute / 60 {
@@ -409,7 +410,8 @@ mod tests {
         let mut i = input(vec![node("n1", "default", 4000, 16 * GIB, pods)], vec![]);
         i.pools[0].instance_types = crate::catalog::Catalog::builtin()
             .and_then(|c| c.instance_types(&crate::catalog::CatalogOptions::for_region("eastus")))
-            .expect("the built-in catalog loads");
+            .expect("the built-in catalog loads")
+            .into();
         i.pending = stand_ins(&i, &expecting(6000, 12 * GIB));
         assert_eq!(i.pending.len(), 6);
         let plan = schedule(&i, &Options::default());

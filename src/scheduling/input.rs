@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
 
+use super::PoolTypes;
 use super::pod::{HostPort, PodError, PodInfo, WrittenPlacement};
 use crate::apis::{AKSNodeClass, NodePool, NodeRequirement, RequirementOperator, labels};
 use crate::model::pod::{node_requirements, parse_quantities, pod_requests};
 use crate::model::{
-    InstanceType, NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements,
-    Resources,
+    NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements, Resources,
 };
 use crate::state::Snapshot;
 
@@ -103,7 +103,7 @@ pub struct Pool {
     pub startup_taints: Vec<Taint>,
     /// Instance types the pool may buy (already built with its node class's overhead
     /// model and maxPods), compatible with its requirements.
-    pub instance_types: Vec<InstanceType>,
+    pub instance_types: PoolTypes,
     /// Limits.
     pub limits: Limits,
     /// What the pool owns already (existing nodes and in-flight claims): capacity and node
@@ -162,7 +162,7 @@ pub fn node_settings(class: Option<&AKSNodeClass>) -> NodeSettings {
 }
 
 /// Builds a scheduler pool from a NodePool and the instance types of its node class.
-pub fn pool_from(np: &NodePool, instance_types: Vec<InstanceType>) -> Result<Pool, InputError> {
+pub fn pool_from(np: &NodePool, instance_types: &PoolTypes) -> Result<Pool, InputError> {
     let name = np.metadata.name.clone().unwrap_or_default();
     let fail = |field: &str, message: String| InputError::NodePool {
         pool: name.clone(),
@@ -179,10 +179,7 @@ pub fn pool_from(np: &NodePool, instance_types: Vec<InstanceType>) -> Result<Poo
     let limits = parse_limits(&np.spec.limits).map_err(|m| fail("spec.limits", m))?;
     // Only instance types whose labels the pool's requirements admit (keys the instance
     // type does not define, such as custom template labels, are left to the pool).
-    let instance_types = instance_types
-        .into_iter()
-        .filter(|it| requirements.intersects(&it.requirements).is_ok())
-        .collect();
+    let instance_types = instance_types.admitted_by(&requirements);
     Ok(Pool {
         name: name.clone(),
         weight: np.spec.weight.unwrap_or(0),
@@ -271,7 +268,7 @@ impl Input {
     /// [`Input::from_snapshot_reading_around`] for the agent's reading.
     pub fn from_snapshot(
         snapshot: &Snapshot,
-        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<PoolTypes, String>,
     ) -> Result<Self, InputError> {
         let (input, unreadable) = Self::from_snapshot_reading_around(snapshot, instance_types)?;
         match unreadable.into_iter().next() {
@@ -289,7 +286,7 @@ impl Input {
     /// returned beside the input, in snapshot order.
     pub fn from_snapshot_reading_around(
         snapshot: &Snapshot,
-        instance_types: &dyn Fn(&NodeSettings) -> Result<Vec<InstanceType>, String>,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<PoolTypes, String>,
     ) -> Result<(Self, Vec<PodError>), InputError> {
         let mut pods_by_node: BTreeMap<String, Vec<Arc<PodInfo>>> = BTreeMap::new();
         let mut pending = Vec::new();
@@ -381,7 +378,7 @@ impl Input {
                 .get(&np.spec.template.spec.node_class_ref.name)
                 .copied();
             let settings = node_settings(class);
-            let mut pool = pool_from(np, instance_types(&settings).map_err(InputError::Catalog)?)?;
+            let mut pool = pool_from(np, &instance_types(&settings).map_err(InputError::Catalog)?)?;
             for node in &nodes {
                 let owner = node
                     .labels
@@ -447,7 +444,7 @@ impl Input {
         }
         if pools.is_empty() {
             pools.push(default_pool(
-                instance_types(&NodeSettings::default()).map_err(InputError::Catalog)?,
+                &instance_types(&NodeSettings::default()).map_err(InputError::Catalog)?,
             ));
         }
         pools.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
@@ -475,7 +472,7 @@ impl Input {
 }
 
 /// The pool used when a snapshot defines none: on-demand linux nodes of any type.
-pub fn default_pool(instance_types: Vec<InstanceType>) -> Pool {
+pub fn default_pool(instance_types: &PoolTypes) -> Pool {
     let in_one = |key: &str, value: &str| NodeRequirement {
         key: key.to_string(),
         operator: RequirementOperator::In,
@@ -493,10 +490,7 @@ pub fn default_pool(instance_types: Vec<InstanceType>) -> Pool {
         ))
         .with(Requirement::one_of(labels::OS, [labels::OS_LINUX]))
         .with(Requirement::one_of(labels::NODE_POOL, ["default"]));
-    let instance_types = instance_types
-        .into_iter()
-        .filter(|it| requirements.intersects(&it.requirements).is_ok())
-        .collect();
+    let instance_types = instance_types.admitted_by(&requirements);
     Pool {
         name: "default".to_string(),
         weight: 0,

@@ -11,12 +11,14 @@ pub mod plan;
 pub mod pod;
 mod scheduler;
 pub mod taints;
+pub mod types;
 pub mod validate;
 
 pub use input::{DaemonSetInfo, ExistingNode, Input, InputError, Limits, Pool};
 pub use plan::{CpuMemory, ExistingPlacement, Plan, PlannedNodeClaim, Summary, Unschedulable};
 pub use pod::{PodError, PodInfo};
 pub use scheduler::Options;
+pub use types::PoolTypes;
 pub use validate::validate;
 
 use scheduler::Scheduler;

@@ -458,10 +458,7 @@ fn bin_types(s: &Planning<'_, '_>, pi: PoolId, base: &Requirements) -> (Vec<Type
     if base.iter().any(|r| r.is_empty()) {
         return (shapes, types);
     }
-    for (t, it, alloc) in s.pool_types(pi) {
-        if it.requirements.intersects(base).is_err() {
-            continue;
-        }
+    for (t, it, alloc) in s.pool_types_admitting(pi, base) {
         let cheapest = it
             .offerings
             .iter()

@@ -13,7 +13,10 @@ pub fn input_from_yaml(yaml: &str) -> Input {
     let types = |settings: &NodeSettings| {
         let mut o = CatalogOptions::for_region("eastus");
         o.node = settings.clone();
-        catalog.instance_types(&o).map_err(|e| e.to_string())
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
     };
     Input::from_snapshot(&snapshot, &types).expect("input builds")
 }

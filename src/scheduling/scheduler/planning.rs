@@ -282,18 +282,21 @@ impl Planning<'_, '_> {
         &self.s.input.pools[pi.index()]
     }
 
-    /// The instance types pool `pi` can make (DaemonSets fit on them), each with its
-    /// index among the pool's types, its catalog entry and its room for pods (allocatable
-    /// less DaemonSet overhead).
-    pub(crate) fn pool_types(
+    /// The instance types pool `pi` can make (DaemonSets fit on them) whose labels admit
+    /// `requirements`, each with its index among the pool's types, its catalog entry and
+    /// its room for pods (allocatable less DaemonSet overhead).
+    pub(crate) fn pool_types_admitting(
         &self,
         pi: PoolId,
-    ) -> impl Iterator<Item = (TypeId, &InstanceType, ResV)> + '_ {
+        requirements: &Requirements,
+    ) -> Vec<(TypeId, &InstanceType, ResV)> {
         let pool = &self.s.input.pools[pi.index()];
-        self.s.pools[pi]
-            .types
-            .enumerate()
-            .map(|(t, ti)| (t, &pool.instance_types[ti.index], ti.alloc))
+        let types = &self.s.pools[pi].types;
+        self.s
+            .compatible_types(pi, requirements)
+            .iter()
+            .map(|&t| (t, &pool.instance_types[types[t].index], types[t].alloc))
+            .collect()
     }
 
     /// The catalog entry of type `t` (index among pool `pi`'s types).

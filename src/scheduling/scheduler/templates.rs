@@ -107,6 +107,10 @@ impl OptionList {
 impl Scheduler<'_> {
     pub(super) fn pool_state(&self, pool: &Pool) -> PoolState {
         let mut types = IdVec::new();
+        // Every type's node requirements, shared by the pool's copies.
+        let narrowed = (!self.input.daemon_sets.is_empty())
+            .then(|| pool.instance_types.narrowed(&pool.requirements));
+        let none = Requirements::new();
         for (index, it) in pool.instance_types.iter().enumerate() {
             let (Some(alloc), Some(capacity)) =
                 (self.dims.vec(&it.allocatable), self.dims.vec(&it.capacity))
@@ -114,10 +118,9 @@ impl Scheduler<'_> {
                 continue;
             };
             // DaemonSets whose pods would run on this type in this pool.
-            let node_reqs = if self.input.daemon_sets.is_empty() {
-                Requirements::new()
-            } else {
-                pool.requirements.intersect(&it.requirements)
+            let node_reqs = match &narrowed {
+                None => &none,
+                Some(n) => &n[index],
             };
             let mut overhead = [0; R];
             let mut daemon_sets = Vec::new();
@@ -127,7 +130,7 @@ impl Scheduler<'_> {
                     .node_requirements
                     .alternatives()
                     .iter()
-                    .any(|a| a.compatible_allowing(&node_reqs, &|_| false).is_ok());
+                    .any(|a| a.compatible_allowing(node_reqs, &|_| false).is_ok());
                 if tolerated
                     && selected
                     && let Some(v) = self.dims.vec(&ds.requests)
@@ -201,12 +204,14 @@ impl Scheduler<'_> {
         if let Some(list) = self.compatible_cache.borrow().get(&key) {
             return list.clone();
         }
-        let its = &self.input.pools[pool.index()].instance_types;
+        let admits = self.input.pools[pool.index()]
+            .instance_types
+            .admitting(requirements);
         let list: Rc<Vec<TypeId>> = Rc::new(
             self.pools[pool]
                 .types
                 .enumerate()
-                .filter(|(_, ti)| its[ti.index].requirements.intersects(requirements).is_ok())
+                .filter(|(_, ti)| admits[ti.index])
                 .map(|(t, _)| t)
                 .collect(),
         );
