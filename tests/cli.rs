@@ -449,7 +449,7 @@ fn an_address_in_use_for_serve_is_refused_before_the_demo_runs() {
         "{stderr}"
     );
     // Refused before the run: no progress and no report.
-    assert!(!stderr.contains("virtual days"), "{stderr}");
+    assert!(!stderr.contains("virtual day"), "{stderr}");
     assert!(!report.exists());
 }
 

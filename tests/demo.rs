@@ -12,7 +12,9 @@ use bin::tailor;
 fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
     let (stdout, stderr, html) = bin::two_day_demo();
     assert!(
-        stderr.contains("autonomous:") && stderr.contains("% of 2 virtual days"),
+        stderr.contains("virtual day 1.0 of 2 (50%): ")
+            && stderr.contains("virtual day 2.0 of 2 (100%): ")
+            && stderr.contains(" s left"),
         "progress is shown: {stderr}"
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON summary");

@@ -485,33 +485,36 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
         ))
     });
     ready.set(true);
-    // Each run has a runtime of its own with a virtual clock; the metrics server goes on
-    // serving from this one meanwhile.
-    let mut runs = Vec::new();
-    for settings in [
+    // Each run has a runtime of its own with a virtual clock, on a thread of its own: the
+    // three are independent (each its own cluster, cloud and agent), so they share the
+    // machine's cores. The metrics server goes on serving from this runtime meanwhile.
+    let settings = [
         RunSettings::for_mode(Mode::RecommendOnly),
         RunSettings::consolidation_only(),
         RunSettings::for_mode(Mode::Autonomous),
-    ] {
-        let name = settings.name();
-        let mut shown = -1i64;
-        let mut progress = |share: f64| {
-            let pct = (share * 100.0) as i64 / 10 * 10;
-            if pct != shown {
-                shown = pct;
-                eprintln!("{name}: {pct:>3}% of {} virtual days", args.days);
-            }
-        };
-        // /metrics shows the autonomous run.
-        let recorded = (name == "autonomous").then_some(&metrics);
-        runs.push(world::run(
-            &scenario,
-            &settings,
-            types.clone(),
-            recorded,
-            &mut progress,
-        ));
-    }
+    ];
+    let progress = Progress::new(settings.len(), args.days);
+    let mut runs: Vec<RunResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = settings
+            .iter()
+            .enumerate()
+            .map(|(i, settings)| {
+                let (scenario, types, progress) = (&scenario, types.clone(), &progress);
+                // /metrics shows the autonomous run.
+                let recorded = (settings.name() == "autonomous").then_some(&metrics);
+                scope.spawn(move || {
+                    world::run(scenario, settings, types, recorded, &mut |share| {
+                        progress.report(i, share)
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .zip(&settings)
+            .map(|(h, settings)| h.join().unwrap_or_else(|_| empty_run(settings.name())))
+            .collect()
+    });
     let autonomous = runs.pop().unwrap_or_else(|| empty_run("autonomous"));
     let consolidation_only = runs
         .pop()
@@ -556,6 +559,59 @@ pub fn run(args: DemoArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// The demo's progress line: the virtual day the runs have reached, the wall time so far,
+/// and what is left at the pace so far. Each run reports its share done; a line is
+/// printed whenever the slowest run passes another tenth.
+struct Progress {
+    shares: std::sync::Mutex<(Vec<f64>, i64)>,
+    days: u32,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn new(runs: usize, days: u32) -> Self {
+        Progress {
+            shares: std::sync::Mutex::new((vec![0.0; runs], -1)),
+            days,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn report(&self, run: usize, share: f64) {
+        let mut guard = self
+            .shares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (shares, shown) = &mut *guard;
+        if let Some(s) = shares.get_mut(run) {
+            *s = share.clamp(0.0, 1.0);
+        }
+        let slowest = shares.iter().copied().fold(1.0, f64::min);
+        let tenth = (slowest * 10.0).floor() as i64;
+        if tenth == *shown {
+            return;
+        }
+        *shown = tenth;
+        let elapsed = self.started.elapsed().as_secs_f64();
+        eprintln!("{}", progress_line(slowest, self.days, elapsed));
+    }
+}
+
+/// One progress line: `share` of `days` virtual days done after `elapsed` wall seconds.
+fn progress_line(share: f64, days: u32, elapsed: f64) -> String {
+    let left = if share > 0.0 {
+        format!("about {:.0} s left", elapsed * (1.0 - share) / share)
+    } else {
+        "estimating what is left".to_string()
+    };
+    format!(
+        "virtual day {:.1} of {days} ({:.0}%): {:.0} s so far, {left}",
+        share * f64::from(days),
+        share * 100.0,
+        elapsed
+    )
+}
+
 fn empty_run(mode: &str) -> RunResult {
     RunResult {
         mode: mode.to_string(),
@@ -569,6 +625,40 @@ fn empty_run(mode: &str) -> RunResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_progress_line_shows_the_virtual_day_the_wall_time_and_what_is_left() {
+        assert_eq!(
+            progress_line(0.5, 7, 20.0),
+            "virtual day 3.5 of 7 (50%): 20 s so far, about 20 s left"
+        );
+        assert_eq!(
+            progress_line(0.25, 2, 30.0),
+            "virtual day 0.5 of 2 (25%): 30 s so far, about 90 s left"
+        );
+        assert_eq!(
+            progress_line(0.0, 7, 0.2),
+            "virtual day 0.0 of 7 (0%): 0 s so far, estimating what is left"
+        );
+        assert_eq!(
+            progress_line(1.0, 7, 42.0),
+            "virtual day 7.0 of 7 (100%): 42 s so far, about 0 s left"
+        );
+    }
+
+    #[test]
+    fn progress_follows_the_slowest_run_a_tenth_at_a_time() {
+        let p = Progress::new(3, 7);
+        p.report(0, 0.55);
+        p.report(1, 0.31);
+        // The slowest run is still at 0: nothing past the first line.
+        assert_eq!(p.shares.lock().expect("lock").1, 0);
+        p.report(2, 0.35);
+        assert_eq!(p.shares.lock().expect("lock").1, 3);
+        p.report(1, 1.0);
+        p.report(2, 1.0);
+        assert_eq!(p.shares.lock().expect("lock").1, 5);
+    }
 
     fn run(mode: &str, used: &[f64]) -> RunResult {
         RunResult {
