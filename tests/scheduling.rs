@@ -1093,3 +1093,81 @@ fn a_pod_whose_spec_cannot_be_read_costs_only_that_pod() {
     assert_eq!(plan.node_claims[0].pods.len(), 1);
     assert!(plan.unschedulable.is_empty());
 }
+
+#[test]
+fn a_pod_is_read_again_only_when_its_resource_version_changes() {
+    let yaml = [
+        node("n1", "eastus-1", "4", "16Gi", ""),
+        bound_pod("a", "n1", "app: a", "500m"),
+        bound_pod("b", "n1", "app: b", "250m"),
+        pods("web", 1, "1", "1Gi", ""),
+    ]
+    .concat();
+    let mut snapshot = tailor::state::Snapshot::from_yaml("memo.yaml", &yaml).expect("parses");
+    for (i, p) in snapshot.pods.iter_mut().enumerate() {
+        let p = std::sync::Arc::make_mut(p);
+        p.metadata.uid = Some(format!("uid-{i}"));
+        p.metadata.resource_version = Some("1".to_string());
+    }
+    let catalog = tailor::catalog::Catalog::builtin().expect("catalog");
+    let types = |settings: &tailor::model::NodeSettings| {
+        let mut o = tailor::catalog::CatalogOptions::for_region("eastus");
+        o.node = settings.clone();
+        catalog
+            .planning_types(&o, &Default::default())
+            .map_err(|e| e.to_string())
+    };
+    let mut memo = tailor::scheduling::PodMemo::default();
+    let bound = |input: &Input, key: &str| {
+        input.nodes[0]
+            .pods
+            .iter()
+            .find(|p| p.key == key)
+            .expect("bound pod")
+            .clone()
+    };
+    let (first, _) = Input::from_snapshot_remembering(&snapshot, &types, &mut memo).expect("reads");
+    assert_eq!(memo.len(), 3, "every pod with a uid is remembered");
+    let (again, _) = Input::from_snapshot_remembering(&snapshot, &types, &mut memo).expect("reads");
+    // Unchanged pods are the very same reading.
+    let (a1, a2) = (bound(&first, "default/a"), bound(&again, "default/a"));
+    assert!(std::sync::Arc::ptr_eq(&a1, &a2));
+    assert_eq!(again.pending.len(), 1);
+    // A change comes with a new resourceVersion, and is read.
+    let b = snapshot
+        .pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some("b"))
+        .expect("pod b");
+    let b = std::sync::Arc::make_mut(b);
+    b.metadata.resource_version = Some("2".to_string());
+    let container = &mut b.spec.as_mut().expect("spec").containers[0];
+    container
+        .resources
+        .as_mut()
+        .expect("resources")
+        .requests
+        .as_mut()
+        .expect("requests")
+        .insert(
+            "cpu".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("750m".to_string()),
+        );
+    let (changed, _) =
+        Input::from_snapshot_remembering(&snapshot, &types, &mut memo).expect("reads");
+    let b2 = bound(&changed, "default/b");
+    assert_eq!(b2.requests.get(&tailor::model::Dimension::Cpu), 750);
+    assert!(!std::sync::Arc::ptr_eq(&b2, &bound(&again, "default/b")));
+    assert!(std::sync::Arc::ptr_eq(&bound(&changed, "default/a"), &a1));
+    // What the memo holds is the last snapshot's pods: a pod gone is forgotten.
+    snapshot
+        .pods
+        .retain(|p| p.metadata.name.as_deref() != Some("a"));
+    Input::from_snapshot_remembering(&snapshot, &types, &mut memo).expect("reads");
+    assert_eq!(memo.len(), 2);
+    // The same input as a reading without the memo.
+    let (fresh, _) = Input::from_snapshot_reading_around(&snapshot, &types).expect("reads");
+    let (remembered, _) =
+        Input::from_snapshot_remembering(&snapshot, &types, &mut memo).expect("reads");
+    assert_eq!(format!("{fresh:?}"), format!("{remembered:?}"));
+}

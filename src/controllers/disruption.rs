@@ -118,10 +118,13 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     // the generation the last summary (the reports and metrics) was made on.
     let mut consolidated: Option<(u64, Timestamp)> = None;
     let mut summarized_on: Option<u64> = None;
+    // The pods as last read, so a pass reads only those that changed.
+    let mut pods = crate::scheduling::PodMemo::default();
     loop {
         tokio::time::sleep(timers.disruption_interval).await;
         if !ctx.writer.is_leader() {
             validation.clear();
+            pods = crate::scheduling::PodMemo::default();
             leading = false;
             last_summary = None;
             consolidated = None;
@@ -180,9 +183,12 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             validation.clear();
             continue;
         };
-        let Ok(mut cluster) =
-            disruption::Cluster::from_snapshot_reading_around(&snapshot, &types, now.as_second())
-        else {
+        let Ok(mut cluster) = disruption::Cluster::from_snapshot_remembering(
+            &snapshot,
+            &types,
+            now.as_second(),
+            &mut pods,
+        ) else {
             validation.clear();
             continue;
         };

@@ -344,7 +344,24 @@ impl Cluster {
         instance_types: &dyn Fn(&NodeSettings) -> Result<crate::scheduling::PoolTypes, String>,
         now: i64,
     ) -> Result<Self, ClusterError> {
-        let (input, unreadable) = Input::from_snapshot_reading_around(snapshot, instance_types)?;
+        Self::from_snapshot_remembering(
+            snapshot,
+            instance_types,
+            now,
+            &mut crate::scheduling::PodMemo::default(),
+        )
+    }
+
+    /// [`Cluster::from_snapshot_reading_around`] for the controller's passes: pods
+    /// unchanged since the last pass are not read again
+    /// ([`Input::from_snapshot_remembering`]).
+    pub fn from_snapshot_remembering(
+        snapshot: &Snapshot,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<crate::scheduling::PoolTypes, String>,
+        now: i64,
+        pods: &mut crate::scheduling::PodMemo,
+    ) -> Result<Self, ClusterError> {
+        let (input, unreadable) = Input::from_snapshot_remembering(snapshot, instance_types, pods)?;
         let unreadable = unreadable.into_iter().map(|e| (e.pod.clone(), e)).collect();
         // Existing nodes are priced from the whole catalog, not from what their NodePool
         // may buy now: a D8s_v5 under a pool that now requires sku-version 6 still costs

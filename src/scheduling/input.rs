@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+// Fx hashing: the keys are the cluster's own uids.
+use rustc_hash::FxHashMap as HashMap;
+
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
 
 use super::PoolTypes;
@@ -15,6 +18,33 @@ use crate::model::{
     NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements, Resources,
 };
 use crate::state::Snapshot;
+
+/// What each pod read as, by uid, at the resourceVersion it was read at: a pod is the same
+/// until its resourceVersion changes, so a controller that builds its input on every pass
+/// reads only the pods that changed ([`Input::from_snapshot_remembering`]).
+#[derive(Debug, Default)]
+pub struct PodMemo {
+    by_uid: HashMap<String, (String, Arc<PodInfo>)>,
+}
+
+impl PodMemo {
+    fn get(&self, uid: &str, resource_version: &str) -> Option<Arc<PodInfo>> {
+        self.by_uid
+            .get(uid)
+            .filter(|(rv, _)| rv == resource_version)
+            .map(|(_, info)| info.clone())
+    }
+
+    /// Pods remembered (those of the last snapshot read).
+    pub fn len(&self) -> usize {
+        self.by_uid.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.by_uid.is_empty()
+    }
+}
 
 /// Why the scheduler's input could not be built from a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -288,18 +318,44 @@ impl Input {
         snapshot: &Snapshot,
         instance_types: &dyn Fn(&NodeSettings) -> Result<PoolTypes, String>,
     ) -> Result<(Self, Vec<PodError>), InputError> {
+        Self::from_snapshot_remembering(snapshot, instance_types, &mut PodMemo::default())
+    }
+
+    /// [`Input::from_snapshot_reading_around`] for a controller that reads the cluster on
+    /// every pass: each pod is read once per resourceVersion, and `memo` then holds the
+    /// pods of this snapshot (for the next pass).
+    pub fn from_snapshot_remembering(
+        snapshot: &Snapshot,
+        instance_types: &dyn Fn(&NodeSettings) -> Result<PoolTypes, String>,
+        memo: &mut PodMemo,
+    ) -> Result<(Self, Vec<PodError>), InputError> {
         let mut pods_by_node: BTreeMap<String, Vec<Arc<PodInfo>>> = BTreeMap::new();
         let mut pending = Vec::new();
         let mut unreadable = Vec::new();
         // Bound unreadable pods whose requests could not be read either: they fill their node.
         let mut filling = std::collections::BTreeSet::new();
+        let mut seen = HashMap::default();
         for p in &snapshot.pods {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             if matches!(phase, Some("Succeeded" | "Failed")) {
                 continue;
             }
-            let info = match PodInfo::from_pod(p) {
-                Ok(info) => info,
+            let version = p
+                .metadata
+                .uid
+                .as_ref()
+                .zip(p.metadata.resource_version.as_ref());
+            let read = match version.and_then(|(uid, rv)| memo.get(uid, rv)) {
+                Some(info) => Ok(info),
+                None => PodInfo::from_pod(p).map(Arc::new),
+            };
+            let info = match read {
+                Ok(info) => {
+                    if let Some((uid, rv)) = version {
+                        seen.insert(uid.clone(), (rv.clone(), info.clone()));
+                    }
+                    info
+                }
                 Err(e) => {
                     let key = e.pod.clone();
                     unreadable.push(e);
@@ -316,17 +372,15 @@ impl Input {
                     info.labels = p.metadata.labels.clone().unwrap_or_default();
                     info.owner = super::pod::owner_of(p);
                     info.node_name = Some(node);
-                    info
+                    Arc::new(info)
                 }
             };
             match &info.node_name {
-                Some(n) => pods_by_node
-                    .entry(n.clone())
-                    .or_default()
-                    .push(Arc::new(info)),
-                None => pending.push(info),
+                Some(n) => pods_by_node.entry(n.clone()).or_default().push(info),
+                None => pending.push(Arc::unwrap_or_clone(info)),
             }
         }
+        memo.by_uid = seen;
         let mut nodes = Vec::new();
         for n in &snapshot.nodes {
             let name = n.metadata.name.clone().unwrap_or_default();

@@ -14,7 +14,7 @@ pub mod taints;
 pub mod types;
 pub mod validate;
 
-pub use input::{DaemonSetInfo, ExistingNode, Input, InputError, Limits, Pool};
+pub use input::{DaemonSetInfo, ExistingNode, Input, InputError, Limits, PodMemo, Pool};
 pub use plan::{CpuMemory, ExistingPlacement, Plan, PlannedNodeClaim, Summary, Unschedulable};
 pub use pod::{PodError, PodInfo};
 pub use scheduler::Options;
