@@ -417,6 +417,7 @@ fn consolidation(input: &Input, plan: &scheduling::Plan, keep: usize, full: bool
         let mut labels = c.labels.clone();
         labels.insert("kubernetes.io/hostname".into(), c.name.clone());
         nodes.push(scheduling::ExistingNode {
+            derived: Default::default(),
             name: c.name.clone(),
             labels,
             taints: Vec::new(),

@@ -65,6 +65,7 @@ fn running_before_the_morning(now: i64) -> (Input, tailor::disruption::forecast:
         })
         .collect();
     input.nodes.push(tailor::scheduling::ExistingNode {
+        derived: Default::default(),
         name: "n1".to_string(),
         labels: [(
             tailor::apis::labels::NODE_POOL.to_string(),

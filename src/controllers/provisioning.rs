@@ -943,6 +943,7 @@ fn add_in_flight(input: &mut Input, snapshot: &Snapshot) {
             continue;
         };
         input.nodes.push(ExistingNode {
+            derived: Default::default(),
             name,
             labels: node_labels,
             taints: claim.spec.taints.clone(),

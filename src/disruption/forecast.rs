@@ -405,6 +405,7 @@ mod tests {
         Input {
             pending: Vec::new(),
             nodes: vec![ExistingNode {
+                derived: Default::default(),
                 name: "n1".to_string(),
                 labels: BTreeMap::from([(labels::NODE_POOL.to_string(), "default".to_string())]),
                 taints: Vec::new(),

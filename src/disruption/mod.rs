@@ -876,6 +876,7 @@ impl Work<'_> {
                 .map(|p| p.taints.clone())
                 .unwrap_or_default();
             nodes.push(ExistingNode {
+                derived: Default::default(),
                 name: name.clone(),
                 labels: node_labels,
                 taints,

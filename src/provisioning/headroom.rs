@@ -216,6 +216,7 @@ mod tests {
         let mut allocatable = Resources::cpu_memory(cpu, memory);
         allocatable.set(&Dimension::Pods, 110);
         ExistingNode {
+            derived: Default::default(),
             name: name.to_string(),
             labels: pool_labels(pool),
             taints: Vec::new(),

@@ -3,7 +3,7 @@
 //! catalog; pure.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 // Fx hashing: the keys are the cluster's own uids.
 use rustc_hash::FxHashMap as HashMap;
@@ -99,6 +99,45 @@ pub struct ExistingNode {
     pub pods: Vec<Arc<PodInfo>>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
+    /// What the scheduler derives from the labels, shared by the node's copies.
+    pub derived: LabelMemo,
+}
+
+/// What the scheduler derives from a node's labels (their canonical form, and the
+/// requirements that pin each to its value), worked out on the first copy of the node a
+/// pass schedules on and shared by the rest: a disruption pass schedules on a copy of the
+/// cluster for every candidate it weighs. Kept with the labels it was derived from, so a
+/// copy whose labels were changed derives its own.
+#[derive(Debug, Clone, Default)]
+pub struct LabelMemo(Arc<OnceLock<Derived>>);
+
+type Derived = (
+    BTreeMap<String, String>,
+    Arc<BTreeMap<String, String>>,
+    Arc<Requirements>,
+);
+
+impl LabelMemo {
+    /// The derivation `derive` makes of `labels`, made once for these labels.
+    pub(crate) fn get_or_derive(
+        &self,
+        labels: &BTreeMap<String, String>,
+        derive: impl Fn(&BTreeMap<String, String>) -> (BTreeMap<String, String>, Requirements),
+    ) -> (Arc<BTreeMap<String, String>>, Arc<Requirements>) {
+        let made = |l: &BTreeMap<String, String>| {
+            let (canonical, requirements) = derive(l);
+            (Arc::new(canonical), Arc::new(requirements))
+        };
+        let (source, canonical, requirements) = self.0.get_or_init(|| {
+            let (c, r) = made(labels);
+            (labels.clone(), c, r)
+        });
+        if source == labels {
+            (canonical.clone(), requirements.clone())
+        } else {
+            made(labels)
+        }
+    }
 }
 
 /// Upper bounds on what a NodePool may own. Absent keys are unlimited.
@@ -403,6 +442,7 @@ impl Input {
                 *pod = Arc::new(filled);
             }
             nodes.push(ExistingNode {
+                derived: Default::default(),
                 pods,
                 name,
                 labels,
@@ -557,5 +597,34 @@ pub fn default_pool(instance_types: &PoolTypes) -> Pool {
         limits: Limits::default(),
         in_use: Resources::zero(),
         nodes_in_use: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn a_label_memo_derives_once_for_the_same_labels_and_again_for_changed_ones() {
+        let memo = LabelMemo::default();
+        let calls = Cell::new(0);
+        let derive = |l: &BTreeMap<String, String>| {
+            calls.set(calls.get() + 1);
+            (l.clone(), Requirements::from_labels(l))
+        };
+        let zone = |z: &str| BTreeMap::from([(labels::ZONE.to_string(), z.to_string())]);
+        let (l1, r1) = memo.get_or_derive(&zone("eastus-1"), derive);
+        // A copy of the node shares the derivation.
+        let copy = memo.clone();
+        let (l2, r2) = copy.get_or_derive(&zone("eastus-1"), derive);
+        assert!(Arc::ptr_eq(&l1, &l2) && Arc::ptr_eq(&r1, &r2));
+        assert_eq!(calls.get(), 1);
+        // Changed labels are derived afresh, never answered from the memo.
+        let (l3, r3) = copy.get_or_derive(&zone("eastus-2"), derive);
+        assert_eq!(calls.get(), 2);
+        assert_eq!(*l3, zone("eastus-2"));
+        assert_eq!(*r3, Requirements::from_labels(&zone("eastus-2")));
+        assert_ne!(r3, r1);
     }
 }

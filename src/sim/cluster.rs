@@ -756,6 +756,7 @@ impl Objects {
             .and_then(|a| Resources::parse(a.iter().map(|(k, q)| (k.as_str(), q.0.as_str()))).ok())
             .unwrap_or_default();
         ExistingNode {
+            derived: Default::default(),
             name: name.clone(),
             labels: node.labels().clone(),
             taints: node

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Taint;
 
@@ -34,8 +35,8 @@ pub(super) struct Node {
     pub(super) kind: NodeKind,
     /// Labels (planned nodes: without the hostname, which is the node's name). Shared
     /// between nodes made from the same template.
-    pub(super) labels: Rc<BTreeMap<String, String>>,
-    pub(super) requirements: Rc<Requirements>,
+    pub(super) labels: Arc<BTreeMap<String, String>>,
+    pub(super) requirements: Arc<Requirements>,
     pub(super) taints: Vec<Taint>,
     /// Requests of its pods (and, for planned nodes, not the DaemonSet overhead, which
     /// each instance type's `alloc` already subtracts).
@@ -87,13 +88,17 @@ pub(super) fn canonical_labels(labels: &BTreeMap<String, String>) -> BTreeMap<St
 
 impl Scheduler<'_> {
     pub(super) fn existing_node(&mut self, n: &ExistingNode) -> Node {
-        let labels = canonical_labels(&n.labels);
+        let (labels, requirements) = n.derived.get_or_derive(&n.labels, |l| {
+            let labels = canonical_labels(l);
+            let requirements = Requirements::from_labels(&labels);
+            (labels, requirements)
+        });
         let alloc = self.dims.vec(&n.allocatable).unwrap_or([0; R]);
         let mut node = Node {
             name: n.name.clone(),
             kind: NodeKind::Existing,
-            requirements: Rc::new(Requirements::from_labels(&labels)),
-            labels: Rc::new(labels),
+            requirements,
+            labels,
             taints: n.taints.clone(),
             used: [0; R],
             cap_upper: alloc,

@@ -3,6 +3,7 @@
 //! from the first NodePool that can.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::Scheduler;
 use super::nodes::{Node, NodeKind};
@@ -334,11 +335,11 @@ impl Scheduler<'_> {
         let node = &mut self.nodes[n];
         node.reserved = fit.reserved;
         if let Some(r) = fit.requirements {
-            let labels = Rc::make_mut(&mut node.labels);
+            let labels = Arc::make_mut(&mut node.labels);
             for (k, v) in r.single_valued_labels() {
                 labels.entry(k).or_insert(v);
             }
-            node.requirements = Rc::new(r);
+            node.requirements = Arc::new(r);
         }
         if let Some(o) = fit.options {
             node.options = o;

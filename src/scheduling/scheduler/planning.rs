@@ -213,7 +213,7 @@ impl Planning<'_, '_> {
             {
                 let narrowed = node_reqs.intersect(a);
                 if it.requirements.intersects(&narrowed).is_ok() {
-                    s.nodes[n].requirements = std::rc::Rc::new(narrowed);
+                    s.nodes[n].requirements = std::sync::Arc::new(narrowed);
                     return true;
                 }
             }

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::Scheduler;
 use super::preferences::Active;
@@ -76,8 +77,8 @@ pub(super) struct Templates {
 pub(super) struct Slot {
     pub(super) zone: String,
     pub(super) capacity_type: CapacityType,
-    pub(super) requirements: Rc<Requirements>,
-    pub(super) labels: Rc<BTreeMap<String, String>>,
+    pub(super) requirements: Arc<Requirements>,
+    pub(super) labels: Arc<BTreeMap<String, String>>,
     pub(super) options: Rc<OptionList>,
 }
 
@@ -357,8 +358,8 @@ impl Scheduler<'_> {
                 slots.push(Slot {
                     zone: zone.clone(),
                     capacity_type: ct,
-                    requirements: Rc::new(requirements),
-                    labels: Rc::new(node_labels),
+                    requirements: Arc::new(requirements),
+                    labels: Arc::new(node_labels),
                     options,
                 });
             }
@@ -382,8 +383,8 @@ impl Scheduler<'_> {
         Slot {
             zone: zone.to_string(),
             capacity_type: ct,
-            requirements: Rc::new(requirements),
-            labels: Rc::new(node_labels),
+            requirements: Arc::new(requirements),
+            labels: Arc::new(node_labels),
             options,
         }
     }
