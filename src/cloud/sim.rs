@@ -412,22 +412,24 @@ impl SimulatedAzure {
         let now = self.clock.now();
         let mut state = self.lock();
         self.settle(&mut state, now);
-        let mut unavailable = super::UnavailableSet::new();
-        for t in self
-            .instance_types
-            .iter()
-            .filter(|t| !state.removed_types.contains(&t.name))
-        {
-            for o in &t.offerings {
-                let key = (t.name.clone(), o.zone.clone(), o.capacity_type);
-                if state.unavailable.is_unavailable(&key.0, &key.1, key.2, now)
-                    || state.no_capacity.contains(&key)
-                {
-                    unavailable.insert(key);
-                }
-            }
-        }
-        Ok(unavailable)
+        // The marked offerings of the sizes still on sale (the marks are few; the sizes
+        // and their offerings many).
+        let on_sale = |(name, zone, ct): &(String, String, CapacityType)| {
+            !state.removed_types.contains(name)
+                && self.instance_types.iter().any(|t| {
+                    &t.name == name
+                        && t.offerings
+                            .iter()
+                            .any(|o| &o.zone == zone && o.capacity_type == *ct)
+                })
+        };
+        Ok(state
+            .unavailable
+            .marked_at(now)
+            .chain(&state.no_capacity)
+            .filter(|key| on_sale(key))
+            .cloned()
+            .collect())
     }
 
     fn instance_types_now(&self) -> Result<Vec<InstanceType>> {
@@ -606,6 +608,10 @@ mod tests {
             )],
             "the call that found no capacity says where"
         );
+        // Marks on what is not on sale are not offerings: a size the catalog lacks, and a
+        // zone the size is not offered in.
+        cloud.inject_no_capacity("Standard_Nope_v9", "eastus-1", CapacityType::OnDemand);
+        cloud.inject_no_capacity("Standard_D4s_v5", "westus-1", CapacityType::OnDemand);
         let marked = crate::cloud::unavailable_in(cloud.instance_types().await.expect("types"));
         // The injected outage and the offering that failed (still within its TTL).
         assert_eq!(marked.len(), 2, "{marked:?}");

@@ -146,9 +146,23 @@ impl UnavailableOfferings {
         capacity_type: CapacityType,
         now: Timestamp,
     ) -> bool {
+        !self.until.is_empty()
+            && self
+                .until
+                .get(&(instance_type.to_string(), zone.to_string(), capacity_type))
+                .is_some_and(|until| now < *until)
+    }
+
+    /// The offerings marked unavailable under their own key at `now` (family and
+    /// capacity-type marks are not listed).
+    pub fn marked_at(
+        &self,
+        now: Timestamp,
+    ) -> impl Iterator<Item = &(String, String, CapacityType)> + '_ {
         self.until
-            .get(&(instance_type.to_string(), zone.to_string(), capacity_type))
-            .is_some_and(|until| now < *until)
+            .iter()
+            .filter(move |(_, until)| now < **until)
+            .map(|(key, _)| key)
     }
 
     /// Drops expired entries.

@@ -61,6 +61,7 @@ pub fn cost_by_group<'a>(
 pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     ctx.state.wait_synced().await;
     let mut reported: BTreeSet<Group> = BTreeSet::new();
+    let mut last: Option<BTreeMap<Group, (usize, f64)>> = None;
     loop {
         // The catalog is read every pass: a live catalog refreshes its prices.
         let types = ctx
@@ -78,16 +79,23 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         };
         let nodes = ctx.state.nodes.state();
         let groups = cost_by_group(nodes.iter().map(|n| n.as_ref()), &types);
-        // Groups gone since the last pass drop to zero rather than keep their last value.
-        for (pool, size, capacity, zone) in reported.iter().filter(|g| !groups.contains_key(*g)) {
-            ctx.metrics.set_node_cost(pool, size, capacity, zone, 0.0);
-            ctx.metrics.set_nodes(pool, size, capacity, zone, 0);
+        drop(nodes);
+        // The gauges keep what they were last set to: a pass that finds the same groups at
+        // the same cost has nothing to set.
+        if last.as_ref() != Some(&groups) {
+            // Groups gone since the last pass drop to zero rather than keep their last value.
+            for (pool, size, capacity, zone) in reported.iter().filter(|g| !groups.contains_key(*g))
+            {
+                ctx.metrics.set_node_cost(pool, size, capacity, zone, 0.0);
+                ctx.metrics.set_nodes(pool, size, capacity, zone, 0);
+            }
+            for ((pool, size, capacity, zone), (count, cost)) in &groups {
+                ctx.metrics.set_node_cost(pool, size, capacity, zone, *cost);
+                ctx.metrics.set_nodes(pool, size, capacity, zone, *count);
+            }
+            reported = groups.keys().cloned().collect();
+            last = Some(groups);
         }
-        for ((pool, size, capacity, zone), (count, cost)) in &groups {
-            ctx.metrics.set_node_cost(pool, size, capacity, zone, *cost);
-            ctx.metrics.set_nodes(pool, size, capacity, zone, *count);
-        }
-        reported = groups.into_keys().collect();
         tokio::time::sleep(INTERVAL).await;
     }
 }

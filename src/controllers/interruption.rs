@@ -109,9 +109,13 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             continue;
         }
         let nodes = ctx.state.nodes.in_order();
-        let live: BTreeSet<String> = nodes.iter().filter_map(|n| n.uid()).collect();
-        drained.retain(|uid| live.contains(uid));
-        reported.retain(|uid| live.contains(uid));
+        // Nodes gone are forgotten (the set of live ones is made only when there is
+        // something to forget: the loop wakes on every change in the cluster).
+        if !drained.is_empty() || !reported.is_empty() {
+            let live: BTreeSet<String> = nodes.iter().filter_map(|n| n.uid()).collect();
+            drained.retain(|uid| live.contains(uid));
+            reported.retain(|uid| live.contains(uid));
+        }
         for node in nodes.iter() {
             let Some(notice) = notice(node) else {
                 continue;
