@@ -426,20 +426,20 @@ impl State {
     /// Objects per kind in the stores, for the store-size metric.
     pub fn sizes(&self) -> [(&'static str, usize); 14] {
         [
-            ("Pod", self.pods.state().len()),
-            ("Node", self.nodes.state().len()),
-            ("NodePool", self.node_pools.state().len()),
-            ("NodeClaim", self.node_claims.state().len()),
-            ("AKSNodeClass", self.node_classes.state().len()),
-            ("PodDisruptionBudget", self.pdbs.state().len()),
-            ("DaemonSet", self.daemon_sets.state().len()),
-            ("Deployment", self.deployments.state().len()),
-            ("StatefulSet", self.stateful_sets.state().len()),
-            ("ReplicaSet", self.replica_sets.state().len()),
-            ("Job", self.jobs.state().len()),
-            ("HorizontalPodAutoscaler", self.hpas.state().len()),
-            ("RightsizingPolicy", self.policies.state().len()),
-            ("Recommendation", self.recommendations.state().len()),
+            ("Pod", self.pods.len()),
+            ("Node", self.nodes.len()),
+            ("NodePool", self.node_pools.len()),
+            ("NodeClaim", self.node_claims.len()),
+            ("AKSNodeClass", self.node_classes.len()),
+            ("PodDisruptionBudget", self.pdbs.len()),
+            ("DaemonSet", self.daemon_sets.len()),
+            ("Deployment", self.deployments.len()),
+            ("StatefulSet", self.stateful_sets.len()),
+            ("ReplicaSet", self.replica_sets.len()),
+            ("Job", self.jobs.len()),
+            ("HorizontalPodAutoscaler", self.hpas.len()),
+            ("RightsizingPolicy", self.policies.len()),
+            ("Recommendation", self.recommendations.len()),
         ]
     }
 }
