@@ -312,8 +312,10 @@ impl Catalog {
         }
         let types = PoolTypes::new(types);
         let mut marked = self.marked.lock().unwrap_or_else(PoisonError::into_inner);
-        // Each node class's settings times the outages seen lately; a bound all the same.
-        if marked.len() >= 16 {
+        // One list per node class's settings for the offerings unavailable now (a change in
+        // them makes new lists); each holds a copy of the catalog and the pools' shares of
+        // it, so only a few are kept.
+        if marked.len() >= 8 {
             marked.remove(0);
         }
         marked.push((options.clone(), unavailable.clone(), types.clone()));
@@ -628,6 +630,41 @@ fn parse_prices(file: &str, text: &str) -> Result<BTreeMap<String, BTreeMap<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn planning_types_are_one_list_per_options_and_unavailable_offerings() {
+        let catalog = Catalog::builtin().expect("built-in catalog");
+        let options = CatalogOptions::for_region("eastus");
+        let none = Unavailable::new();
+        let a = catalog.planning_types(&options, &none).expect("types");
+        let b = catalog.planning_types(&options, &none).expect("types");
+        // The same list, so what planning derives from it is shared.
+        assert!(std::ptr::eq(a.as_ptr(), b.as_ptr()));
+        assert!(a.iter().all(|t| t.offerings.iter().all(|o| o.available)));
+        let size = a[0].name.clone();
+        let zone = a[0].offerings[0].zone.clone();
+        let ct = a[0].offerings[0].capacity_type;
+        let out = Unavailable::from([(size.clone(), zone.clone(), ct)]);
+        let c = catalog.planning_types(&options, &out).expect("types");
+        assert!(!std::ptr::eq(a.as_ptr(), c.as_ptr()));
+        let marked: Vec<(String, String, CapacityType)> = c
+            .iter()
+            .flat_map(|t| {
+                t.offerings
+                    .iter()
+                    .filter(|o| !o.available)
+                    .map(|o| (t.name.clone(), o.zone.clone(), o.capacity_type))
+            })
+            .collect();
+        assert_eq!(
+            marked,
+            [(size, zone, ct)],
+            "exactly the offering reported out"
+        );
+        // The list without the outage is still the first one.
+        let d = catalog.planning_types(&options, &none).expect("types");
+        assert!(std::ptr::eq(a.as_ptr(), d.as_ptr()));
+    }
     use crate::model::Requirements;
     use crate::model::requirements::Requirement;
 
