@@ -1101,6 +1101,8 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
     let nodes: Api<Node> = Api::all(cp.client.clone());
     let before = list(&nodes).await;
     let cost_before = node_cost(&before);
+    // The agent's gauges show these nodes and their cost (set when they change).
+    gauges_show(&agent, &before).await;
 
     scale(&cp, "web", 6).await;
     // Watch the PDB while consolidation runs: never fewer than 4 ready web pods.
@@ -1171,6 +1173,45 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
             .await
             .contains("tailor_disruption_decisions_total{method="),
         "decisions counted"
+    );
+    // ... and follow the nodes consolidation removed: their groups drop out of the totals.
+    gauges_show(&agent, &after).await;
+}
+
+/// A gauge's total over its series in a `/metrics` text (`name` alone, or with labels).
+fn gauge_total(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| name.contains('{') || rest.starts_with(['{', ' ']))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until the agent's cost and store gauges describe `nodes` (all Tailor's): the cost
+/// controller sets its gauges every 15 s when they change, the store sizes every 15 s.
+async fn gauges_show(agent: &Agent, nodes: &[Node]) {
+    let (count, cost) = (nodes.len() as f64, node_cost(nodes));
+    let mut last = String::new();
+    let shown = tokio::time::timeout(Duration::from_secs(45), async {
+        loop {
+            let text = agent.metrics().await;
+            let managed = gauge_total(&text, "tailor_nodes");
+            let priced = gauge_total(&text, "tailor_node_hourly_cost_dollars");
+            let stored = gauge_total(&text, "tailor_snapshot_objects{kind=\"Node\"}");
+            last = format!("tailor_nodes {managed}, cost {priced}, stored {stored}");
+            if managed == count && (priced - cost).abs() < 1e-6 && stored == count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    assert!(
+        shown.is_ok(),
+        "the gauges never showed {count} nodes at {cost} $/hour: {last}\n{}",
+        agent.log()
     );
 }
 

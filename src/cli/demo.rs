@@ -628,22 +628,34 @@ mod tests {
 
     #[test]
     fn the_progress_line_shows_the_virtual_day_the_wall_time_and_what_is_left() {
-        assert_eq!(
-            progress_line(0.5, 7, 20.0),
-            "virtual day 3.5 of 7 (50%): 20 s so far, about 20 s left"
-        );
-        assert_eq!(
-            progress_line(0.25, 2, 30.0),
-            "virtual day 0.5 of 2 (25%): 30 s so far, about 90 s left"
-        );
-        assert_eq!(
-            progress_line(0.0, 7, 0.2),
-            "virtual day 0.0 of 7 (0%): 0 s so far, estimating what is left"
-        );
-        assert_eq!(
-            progress_line(1.0, 7, 42.0),
-            "virtual day 7.0 of 7 (100%): 42 s so far, about 0 s left"
-        );
+        for (share, days, elapsed, line) in [
+            (
+                0.5,
+                7,
+                20.0,
+                "virtual day 3.5 of 7 (50%): 20 s so far, about 20 s left",
+            ),
+            (
+                0.25,
+                2,
+                30.0,
+                "virtual day 0.5 of 2 (25%): 30 s so far, about 90 s left",
+            ),
+            (
+                0.0,
+                7,
+                0.2,
+                "virtual day 0.0 of 7 (0%): 0 s so far, estimating what is left",
+            ),
+            (
+                1.0,
+                7,
+                42.0,
+                "virtual day 7.0 of 7 (100%): 42 s so far, about 0 s left",
+            ),
+        ] {
+            assert_eq!(progress_line(share, days, elapsed), line);
+        }
     }
 
     #[test]

@@ -49,71 +49,74 @@ impl PoolTypes {
         }))
     }
 
-    /// The types as a vector of their own, to change.
-    pub fn to_vec(&self) -> Vec<InstanceType> {
-        self.0.types.clone()
-    }
-
     /// The node requirements of each type under a pool's `requirements`: the pool's
     /// narrowed by the type's own labels, in list order.
     pub fn narrowed(&self, requirements: &Requirements) -> Arc<Vec<Requirements>> {
-        if let Some(v) = self.memo().narrowed.get(requirements) {
-            return v.clone();
-        }
-        let v: Arc<Vec<Requirements>> = Arc::new(
-            self.0
-                .types
-                .iter()
-                .map(|it| requirements.intersect(&it.requirements))
-                .collect(),
-        );
-        let mut memo = self.memo();
-        if memo.narrowed.len() >= MEMO_ENTRIES {
-            memo.narrowed.clear();
-        }
-        memo.narrowed.insert(requirements.clone(), v.clone());
-        v
+        self.remembered(
+            |m| &mut m.narrowed,
+            requirements,
+            |types| {
+                Arc::new(
+                    types
+                        .iter()
+                        .map(|it| requirements.intersect(&it.requirements))
+                        .collect(),
+                )
+            },
+        )
     }
 
     /// Whether each type's labels admit `requirements`, in list order.
     pub fn admitting(&self, requirements: &Requirements) -> Arc<Vec<bool>> {
-        if let Some(v) = self.memo().admits.get(requirements) {
-            return v.clone();
-        }
-        let v: Arc<Vec<bool>> = Arc::new(
-            self.0
-                .types
-                .iter()
-                .map(|it| it.requirements.intersects(requirements).is_ok())
-                .collect(),
-        );
-        let mut memo = self.memo();
-        if memo.admits.len() >= MEMO_ENTRIES {
-            memo.admits.clear();
-        }
-        memo.admits.insert(requirements.clone(), v.clone());
-        v
+        self.remembered(
+            |m| &mut m.admits,
+            requirements,
+            |types| {
+                Arc::new(
+                    types
+                        .iter()
+                        .map(|it| it.requirements.intersects(requirements).is_ok())
+                        .collect(),
+                )
+            },
+        )
     }
 
     /// The types whose labels a pool's `requirements` admit (keys a type does not define,
     /// such as a pool's own template labels, are left to the pool), as a list of its own
     /// that later calls with the same requirements share.
     pub fn admitted_by(&self, requirements: &Requirements) -> PoolTypes {
-        if let Some(v) = self.memo().admitted.get(requirements) {
+        self.remembered(
+            |m| &mut m.admitted,
+            requirements,
+            |types| {
+                types
+                    .iter()
+                    .filter(|it| requirements.intersects(&it.requirements).is_ok())
+                    .cloned()
+                    .collect()
+            },
+        )
+    }
+
+    /// What `derive` makes of the types for `key`, from the memo `table` picks when it is
+    /// there (made outside the lock, then kept).
+    fn remembered<V: Clone>(
+        &self,
+        table: fn(&mut Memo) -> &mut HashMap<Requirements, V>,
+        key: &Requirements,
+        derive: impl FnOnce(&[InstanceType]) -> V,
+    ) -> V {
+        if let Some(v) = table(&mut self.memo()).get(key) {
             return v.clone();
         }
-        let v: PoolTypes = self
-            .0
-            .types
-            .iter()
-            .filter(|it| requirements.intersects(&it.requirements).is_ok())
-            .cloned()
-            .collect();
+        let v = derive(&self.0.types);
         let mut memo = self.memo();
-        if memo.admitted.len() >= MEMO_ENTRIES {
-            memo.admitted.clear();
+        let entries = table(&mut memo);
+        if entries.len() >= MEMO_ENTRIES {
+            entries.clear();
         }
-        memo.admitted.insert(requirements.clone(), v.clone());
+        entries.insert(key.clone(), v.clone());
         v
     }
 
