@@ -18,12 +18,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Returns freed pages to the system at once instead of after mimalloc's delay (1 s in
-/// mimalloc 3, counted only when the freeing thread next allocates). Each pass of a
-/// controller builds and drops a model of the cluster on whichever runtime thread it lands;
-/// with the delay, the pages one pass freed were still resident while the next pass, on
-/// another thread, took new ones, and the agent's peak rose by a pass's worth (`cargo bench
-/// --bench agent` compares both with 500 nodes and 5,000 pods; the price is CPU time spent
-/// returning pages, about 1.5 s over the agent's first minute there).
+/// mimalloc 3, counted only when the freeing thread next allocates), in the long-running
+/// agent only. Each pass of a controller builds and drops a model of the cluster on
+/// whichever runtime thread it lands; with the delay, the pages one pass freed were still
+/// resident while the next pass, on another thread, took new ones, and the agent's peak rose
+/// by a pass's worth (`cargo bench --bench agent` compares both with 500 nodes and 5,000
+/// pods; the price is CPU time spent returning pages, about 1.5 s over the agent's first
+/// minute there). One-shot commands (`simulate`, `recommend`, the demo) exit soon and keep
+/// mimalloc's default: `tailor simulate` of 20,000 pods faulted in 27,000 pages with no
+/// delay against 2,000 with it, at the same peak (`cargo bench --bench simulate`).
 /// `MIMALLOC_PURGE_DELAY` in the environment still wins.
 fn release_freed_memory_promptly() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
@@ -34,7 +37,6 @@ fn release_freed_memory_promptly() {
 }
 
 fn main() -> anyhow::Result<()> {
-    release_freed_memory_promptly();
     let Cli { log, command } = Cli::try_parse().unwrap_or_else(|e| {
         #[cfg(not(feature = "report"))]
         if e.kind() == clap::error::ErrorKind::InvalidSubcommand
@@ -61,6 +63,9 @@ fn main() -> anyhow::Result<()> {
             })
             .transpose()
     };
+    if matches!(command, cli::Command::Run(_)) {
+        release_freed_memory_promptly();
+    }
     let (json_logs, otlp_endpoint) = match &command {
         cli::Command::Run(args) => (
             args.log_format == cli::run::LogFormat::Json,

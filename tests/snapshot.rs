@@ -397,3 +397,61 @@ fn errors_in_a_list_read_item_by_item_name_the_item_and_a_bad_item_loads_nothing
         "{msg}"
     );
 }
+
+/// A `kind: List` of `n` pods; `bad` items get an unreadable CPU request and `shared` ones
+/// alias an anchor set in item 1 (such an item cannot be parsed alone).
+fn long_list(n: usize, bad: &[usize], shared: &[usize]) -> String {
+    let mut text = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for i in 1..=n {
+        let cpu = if bad.contains(&i) { "lots" } else { "100m" };
+        let labels = if i == 1 {
+            "&labels {app: web}"
+        } else if shared.contains(&i) {
+            "*labels"
+        } else {
+            "{app: web}"
+        };
+        text.push_str(&format!(
+            "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: p{i}\n    namespace: x\n    \
+             labels: {labels}\n  spec:\n    containers:\n    - name: c\n      resources: \
+             {{requests: {{cpu: {cpu}}}}}\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn a_long_list_read_on_every_core_keeps_its_order_and_the_sequential_outcome() {
+    // Long enough to be cut into runs for several cores.
+    let text = long_list(3000, &[], &[]);
+    let by_item = Snapshot::from_yaml("long.yaml", &text).expect("by item");
+    assert_eq!(by_item.pods.len(), 3000);
+    let names: Vec<_> = by_item
+        .pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    let expected: Vec<_> = (1..=3000).map(|i| format!("p{i}")).collect();
+    assert_eq!(names, expected, "items keep the file's order");
+    let read_whole = Snapshot::from_yaml("long.yaml", &whole(&text)).expect("whole");
+    assert_eq!(format!("{by_item:?}"), format!("{read_whole:?}"));
+
+    // Two bad items in different halves of the list: the error is the first one's, as
+    // read in order.
+    let msg = load_err(&long_list(3000, &[2900, 1200], &[]));
+    assert!(
+        msg.contains("document 1 item 1200") && msg.contains("Pod x/p1200"),
+        "{msg}"
+    );
+    // An item that cannot be parsed alone, late in the list, after a bad one: the bad item
+    // decides, as it would have one item after another.
+    let msg = load_err(&long_list(3000, &[1200], &[2500]));
+    assert!(msg.contains("document 1 item 1200"), "{msg}");
+    // The aliased item first: the list is read whole, and the bad item is still named
+    // (by the whole document's reading, with the same message as read whole).
+    let text = long_list(3000, &[2500], &[1200]);
+    assert_eq!(load_err(&text), load_err(&whole(&text)));
+    let shared = long_list(3000, &[], &[1200, 2999]);
+    let s = Snapshot::from_yaml("shared.yaml", &shared).expect("anchors resolve");
+    assert_eq!(s.pods.len(), 3000);
+}

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use rustc_hash::FxHashMap as HashMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
+use rayon::prelude::*;
 
 use super::PoolTypes;
 use super::pod::{HostPort, PodError, PodInfo, WrittenPlacement};
@@ -18,6 +19,10 @@ use crate::model::{
     NodeRequirements, NodeSettings, OverheadModel, Requirement, Requirements, Resources,
 };
 use crate::state::Snapshot;
+
+/// The fewest pods one core reads on its own when a snapshot's pods are read on every
+/// core: below this, handing pods to another core costs more than it saves.
+const PODS_PER_RUN: usize = 512;
 
 /// What each pod read as, by uid, at the resourceVersion it was read at: a pod is the same
 /// until its resourceVersion changes, so a controller that builds its input on every pass
@@ -374,20 +379,40 @@ impl Input {
         // Bound unreadable pods whose requests could not be read either: they fill their node.
         let mut filling = std::collections::BTreeSet::new();
         let mut seen = HashMap::default();
-        for p in &snapshot.pods {
-            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-            if matches!(phase, Some("Succeeded" | "Failed")) {
+        // Pods are read on every core (a large snapshot's pods are most of the work here);
+        // what is built from them below keeps the snapshot's order.
+        let remembered = &*memo;
+        let reads: Vec<_> = snapshot
+            .pods
+            .par_iter()
+            .with_min_len(PODS_PER_RUN)
+            .map(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                if matches!(phase, Some("Succeeded" | "Failed")) {
+                    return None;
+                }
+                let version = p
+                    .metadata
+                    .uid
+                    .as_ref()
+                    .zip(p.metadata.resource_version.as_ref());
+                Some(
+                    match version.and_then(|(uid, rv)| remembered.get(uid, rv)) {
+                        Some(info) => Ok(info),
+                        None => PodInfo::from_pod(p).map(Arc::new),
+                    },
+                )
+            })
+            .collect();
+        for (p, read) in snapshot.pods.iter().zip(reads) {
+            let Some(read) = read else {
                 continue;
-            }
+            };
             let version = p
                 .metadata
                 .uid
                 .as_ref()
                 .zip(p.metadata.resource_version.as_ref());
-            let read = match version.and_then(|(uid, rv)| memo.get(uid, rv)) {
-                Some(info) => Ok(info),
-                None => PodInfo::from_pod(p).map(Arc::new),
-            };
             let info = match read {
                 Ok(info) => {
                     if let Some((uid, rv)) = version {

@@ -36,6 +36,10 @@ use crate::model::pod::{node_requirements, parse_quantities, pod_requests, prefe
 /// (`replicas: 2147483647`) is refused instead of expanded.
 pub const MAX_PODS_PER_SNAPSHOT: usize = 150_000;
 
+/// The fewest list items one core parses on its own: below this, handing items to another
+/// core costs more than it saves.
+const ITEMS_PER_RUN: usize = 256;
+
 /// Deepest nesting of YAML collections accepted. Kubernetes objects nest about 15 levels
 /// (a pod template's affinity terms in a `kind: List`); the YAML parser's own limit is 128
 /// but it reaches it in quadratic time, so deeper documents are refused by a linear scan
@@ -325,6 +329,7 @@ impl Snapshot {
     /// list): the caller then parses the document whole, so the answer, or the parser's
     /// error, is the same as without the cut. Nothing is added unless every item is.
     fn add_list_text(&mut self, file: &str, list: &ListText<'_>) -> Option<Result<()>> {
+        use rayon::prelude::*;
         let header: serde_yaml::Value = serde_yaml::from_str(&list.header).ok()?;
         let kind = header.get("kind")?.as_str()?;
         let items_empty =
@@ -333,23 +338,43 @@ impl Snapshot {
             return None;
         }
         let item_kind = list_item_kind(kind);
-        let mut part = Snapshot::default();
-        for (j, text) in list.items.iter().enumerate() {
-            let serde_yaml::Value::Sequence(mut one) = serde_yaml::from_str(text).ok()? else {
-                return None;
-            };
-            if one.len() != 1 {
-                return None;
-            }
-            let origin = Origin {
-                file,
-                index: format!("1 item {}", j + 1),
-            };
-            if let Err(e) = part.add_list_item(origin, item_kind, one.pop()?) {
-                return Some(Err(e));
+        // Items parse independently: runs of them go to every core, and their parts are
+        // joined in order. The outcome is the sequential one: the first run that does not
+        // read whole decides it, as its first item would have read one after the other.
+        let run = ITEMS_PER_RUN.max(list.items.len().div_ceil(rayon::current_num_threads()));
+        let parts: Vec<Option<Result<Snapshot>>> = list
+            .items
+            .par_chunks(run)
+            .enumerate()
+            .map(|(r, texts)| {
+                let mut part = Snapshot::default();
+                for (j, text) in texts.iter().enumerate() {
+                    let serde_yaml::Value::Sequence(mut one) = serde_yaml::from_str(text).ok()?
+                    else {
+                        return None;
+                    };
+                    if one.len() != 1 {
+                        return None;
+                    }
+                    let origin = Origin {
+                        file,
+                        index: format!("1 item {}", r * run + j + 1),
+                    };
+                    if let Err(e) = part.add_list_item(origin, item_kind, one.pop()?) {
+                        return Some(Err(e));
+                    }
+                }
+                Some(Ok(part))
+            })
+            .collect();
+        let mut joined = Snapshot::default();
+        for part in parts {
+            match part? {
+                Ok(part) => joined.append(part),
+                Err(e) => return Some(Err(e)),
             }
         }
-        self.append(part);
+        self.append(joined);
         Some(Ok(()))
     }
 
