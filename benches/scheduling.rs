@@ -13,12 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    ResourceRequirements, TopologySpreadConstraint,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::core::v1::{Affinity, TopologySpreadConstraint};
 use tailor::catalog::{Catalog, CatalogOptions};
 use tailor::model::{InstanceType, Requirement, Requirements};
 use tailor::scheduling::{self, Input, Options, PodInfo, input::default_pool};
@@ -29,30 +24,10 @@ const BASIC_OPTIMUM: f64 = 102.72;
 /// Optimum for 350 + 350 pods of the Basic mix over the same candidate sizes.
 const SCALED_DOWN_OPTIMUM: f64 = 71.96;
 
-/// A small deterministic generator for the benchmark's pod mix (splitmix64).
-struct Rng(u64);
+#[path = "common/mix.rs"]
+mod mix;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() % items.len() as u64) as usize]
-    }
-}
-
-fn selector(key: &str, value: &str) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(BTreeMap::from([(key.to_string(), value.to_string())])),
-        ..Default::default()
-    }
-}
-
+/// A pending pod of the mix, as the scheduler reads it.
 fn pod(
     name: &str,
     cpu: &str,
@@ -61,123 +36,16 @@ fn pod(
     affinity: Option<Affinity>,
     spread: Vec<TopologySpreadConstraint>,
 ) -> PodInfo {
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some("default".to_string()),
-            labels: Some(labels),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "c".to_string(),
-                resources: Some(ResourceRequirements {
-                    requests: Some(BTreeMap::from([
-                        ("cpu".to_string(), Quantity(cpu.to_string())),
-                        ("memory".to_string(), Quantity(memory.to_string())),
-                    ])),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }],
-            affinity,
-            topology_spread_constraints: (!spread.is_empty()).then_some(spread),
-            ..Default::default()
-        }),
-        status: None,
-    };
-    PodInfo::from_pod(&pod).expect("generated pods are valid")
+    PodInfo::from_pod(&mix::pod(name, cpu, memory, labels, affinity, spread))
+        .expect("generated pods are valid")
 }
 
-/// Karpenter's benchmark mix: N/5 each of plain pods, zone spread, hostname spread, zone
-/// pod affinity and hostname anti-affinity.
+/// Karpenter's benchmark mix (see `common/mix.rs`), as the scheduler reads it.
 fn diverse_pods(n: usize, seed: u64) -> Vec<PodInfo> {
-    let mut rng = Rng(seed);
-    let cpus = ["100m", "250m", "500m", "1000m", "1500m"];
-    let mems = ["100Mi", "256Mi", "512Mi", "1024Mi", "2048Mi", "4096Mi"];
-    let values = ["a", "b", "c", "d", "e", "f", "g"];
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let cpu = *rng.pick(&cpus);
-        let mem = *rng.pick(&mems);
-        let v = (*rng.pick(&values)).to_string();
-        let name = format!("p{i}");
-        let spread = |key: &str, label: &str| TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: key.to_string(),
-            when_unsatisfiable: "DoNotSchedule".to_string(),
-            label_selector: Some(selector(label, &v)),
-            ..Default::default()
-        };
-        let p = match i % 5 {
-            0 => pod(
-                &name,
-                cpu,
-                mem,
-                BTreeMap::from([("app".into(), "plain".into())]),
-                None,
-                vec![],
-            ),
-            1 => pod(
-                &name,
-                cpu,
-                mem,
-                BTreeMap::from([("zone-spread".into(), v.clone())]),
-                None,
-                vec![spread("topology.kubernetes.io/zone", "zone-spread")],
-            ),
-            2 => pod(
-                &name,
-                cpu,
-                mem,
-                BTreeMap::from([("host-spread".into(), v.clone())]),
-                None,
-                vec![spread("kubernetes.io/hostname", "host-spread")],
-            ),
-            3 => pod(
-                &name,
-                cpu,
-                mem,
-                BTreeMap::from([("affinity".into(), v.clone())]),
-                Some(Affinity {
-                    pod_affinity: Some(PodAffinity {
-                        required_during_scheduling_ignored_during_execution: Some(vec![
-                            PodAffinityTerm {
-                                topology_key: "topology.kubernetes.io/zone".to_string(),
-                                label_selector: Some(selector("affinity", &v)),
-                                ..Default::default()
-                            },
-                        ]),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                vec![],
-            ),
-            _ => pod(
-                &name,
-                cpu,
-                mem,
-                BTreeMap::from([("anti".into(), "yes".into())]),
-                Some(Affinity {
-                    pod_anti_affinity: Some(PodAntiAffinity {
-                        required_during_scheduling_ignored_during_execution: Some(vec![
-                            PodAffinityTerm {
-                                topology_key: "kubernetes.io/hostname".to_string(),
-                                label_selector: Some(selector("anti", "yes")),
-                                ..Default::default()
-                            },
-                        ]),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                vec![],
-            ),
-        };
-        out.push(p);
-    }
-    out
+    mix::diverse_pods(n, seed)
+        .iter()
+        .map(|p| PodInfo::from_pod(p).expect("generated pods are valid"))
+        .collect()
 }
 
 fn shared_catalog() -> Catalog {

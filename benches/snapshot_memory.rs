@@ -20,7 +20,6 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// Target peak resident memory of `simulate` on the 20,000-pod snapshot.
 const TARGET_MIB: f64 = 400.0;
@@ -414,48 +413,18 @@ impl Workload {
     }
 }
 
-/// Peak resident memory (MiB) of `tailor simulate` on `snapshot`, from `wait4`.
-#[expect(
-    clippy::zombie_processes,
-    reason = "the child is reaped by wait4, which also reports its peak memory"
-)]
-fn simulate_peak_mib(tailor: &Path, snapshot: &Path, scratch: &Path) -> f64 {
-    let log = scratch.join("simulate.log");
-    let child = Command::new(tailor)
-        .args(["simulate", "--output", "json", "--snapshot"])
-        .arg(snapshot)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("start tailor simulate");
-    let (status, max_rss_kib) = wait4(child.id());
-    assert!(
-        status == 0,
-        "tailor simulate on {} failed ({status}): {}",
-        snapshot.display(),
-        fs::read_to_string(&log).unwrap_or_default()
-    );
-    max_rss_kib as f64 / 1024.0
-}
+#[path = "common/process.rs"]
+mod process;
 
-/// Waits for child `pid` and returns its exit code (or 128 + signal) and its peak
-/// resident set in KiB. std's `Child::wait` does not report resource usage.
-fn wait4(pid: u32) -> (i32, i64) {
-    let mut status: libc::c_int = 0;
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `pid` is a child of this process that nothing else waits for; `status` and
-    // `usage` are valid for writes for the duration of the call.
-    let waited = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, usage.as_mut_ptr()) };
-    assert_eq!(waited, pid as libc::pid_t, "wait4 on the child failed");
-    // SAFETY: zero is a valid `rusage`, and wait4 succeeded and filled it in.
-    let usage = unsafe { usage.assume_init() };
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    };
-    (code, usage.ru_maxrss)
+/// Peak resident memory (MiB) of `tailor simulate` on `snapshot`; its wall time printed.
+fn simulate_peak_mib(tailor: &Path, snapshot: &Path, scratch: &Path) -> f64 {
+    let run = process::simulate(tailor, snapshot, &[], scratch);
+    println!(
+        "tailor simulate on {}: {:.2} s",
+        snapshot.file_name().unwrap_or_default().to_string_lossy(),
+        run.seconds
+    );
+    run.peak_mib
 }
 
 fn main() {
