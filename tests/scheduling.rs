@@ -1171,3 +1171,57 @@ fn a_pod_is_read_again_only_when_its_resource_version_changes() {
         Input::from_snapshot_remembering(&snapshot, &types, &mut memo).expect("reads");
     assert_eq!(format!("{fresh:?}"), format!("{remembered:?}"));
 }
+
+#[test]
+fn a_snapshot_whose_pods_are_taken_plans_as_one_read_in_place_and_gives_its_pods_up() {
+    // More pods than one read round holds, bound and pending, with spread and
+    // anti-affinity across the rounds.
+    let mut yaml = String::from(POOL);
+    for n in 0..4 {
+        yaml.push_str(&node(
+            &format!("n{n}"),
+            &format!("eastus-{}", n % 3 + 1),
+            "16",
+            "64Gi",
+            "",
+        ));
+        for j in 0..30 {
+            yaml.push_str(&bound_pod(
+                &format!("b{n}-{j}"),
+                &format!("n{n}"),
+                "app: web",
+                "100m",
+            ));
+        }
+    }
+    yaml.push_str(&pods("web", 9000, "100m", "128Mi", ""));
+    yaml.push_str(&pods(
+        "db",
+        12,
+        "2",
+        "4Gi",
+        "      affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
+         [{topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: db}}}]}}",
+    ));
+    let read_in_place = support::input_from_yaml(&yaml);
+    let mut snapshot = tailor::state::Snapshot::from_yaml("scenario.yaml", &yaml).expect("parses");
+    assert_eq!(snapshot.pods.len(), 120 + 9012);
+    let catalog = tailor::catalog::Catalog::builtin().expect("built-in catalog");
+    let types = |settings: &tailor::model::NodeSettings| {
+        let mut o = tailor::catalog::CatalogOptions::for_region("eastus");
+        o.node = settings.clone();
+        catalog
+            .instance_types(&o)
+            .map(Into::into)
+            .map_err(|e| e.to_string())
+    };
+    let taken = Input::from_snapshot_taking_pods(&mut snapshot, &types).expect("input builds");
+    assert!(snapshot.pods.is_empty(), "the pods were handed over");
+    assert_eq!(taken.pending.len(), 9012);
+    assert_eq!(taken.nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 120);
+    let in_place = scheduling::schedule(&read_in_place, &Options::default());
+    let from_taken = scheduling::schedule(&taken, &Options::default());
+    assert!(in_place.summary.new_nodes > 0);
+    assert_eq!(in_place, from_taken);
+    assert!(validate(&taken, &from_taken).is_empty());
+}

@@ -184,7 +184,7 @@ pub fn disruption_table(report: &disruption::Report) -> String {
 
 /// Loads the snapshot and catalog and plans.
 pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
-    let snapshot =
+    let mut snapshot =
         Snapshot::load(&args.snapshot.paths).map_err(|e| CliError::Input(e.to_string()))?;
     let (catalog, options) = args.source.clone().load()?;
     // Fail early on a bad region or discount, with the catalog's own message.
@@ -201,12 +201,11 @@ pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
             .planning_types(&o, &Default::default())
             .map_err(|e| e.to_string())
     };
-    let input =
-        Input::from_snapshot(&snapshot, &types_for).map_err(|e| CliError::Input(e.to_string()))?;
-    // The scheduler needs only its input: the snapshot's objects (most of a large
-    // cluster's memory) go before it runs.
-    let warnings = snapshot.warnings;
-    drop(snapshot.pods);
+    // The scheduler needs only its input: the snapshot's pods (most of a large cluster's
+    // memory) are freed as they are read into it, and the input is freed on another core
+    // after the plan (100,000 pods took a quarter of a second to free).
+    let input = Input::from_snapshot_taking_pods(&mut snapshot, &types_for)
+        .map_err(|e| CliError::Input(e.to_string()))?;
     let plan = scheduling::schedule(
         &input,
         &Options {
@@ -214,7 +213,8 @@ pub fn plan(args: &SimulateArgs) -> Result<(Plan, Vec<String>)> {
             ..Options::default()
         },
     );
-    Ok((plan, warnings))
+    std::thread::spawn(move || drop(input));
+    Ok((plan, snapshot.warnings))
 }
 
 fn pct(x: f64) -> String {

@@ -295,12 +295,14 @@ impl Snapshot {
 
     /// Adds the documents of one YAML text; returns how many were not empty.
     fn add_yaml(&mut self, file: &str, text: &str) -> Result<usize> {
-        check_depth(text).map_err(|(line, depth)| SnapshotError::TooDeep {
+        // Two read-only passes over the text, one per core.
+        let (depth, list) = rayon::join(|| check_depth(text), || split_list(text));
+        depth.map_err(|(line, depth)| SnapshotError::TooDeep {
             file: file.to_string(),
             line,
             depth,
         })?;
-        if let Some(list) = split_list(text)
+        if let Some(list) = list
             && let Some(added) = self.add_list_text(file, &list)
         {
             return added.map(|()| 1);
