@@ -540,7 +540,7 @@ pub async fn report(args: &RecommendArgs) -> Result<Report> {
         "reading {}h of usage for {} namespace(s) from {}{}",
         (now - resuming_from.unwrap_or(window_start)) / 3600,
         namespaces.len(),
-        args.prometheus_url,
+        crate::usage::prometheus::redact_url(&args.prometheus_url),
         if resuming_from.is_some() {
             " (resuming from the state file)"
         } else {
@@ -715,7 +715,7 @@ fn nothing_matched(
              Prometheus scrapes this cluster's cadvisor",
             without_usage.len(),
             names_of(without_usage),
-            args.prometheus_url,
+            crate::usage::prometheus::redact_url(&args.prometheus_url),
             args.history
         )
     } else {
@@ -724,7 +724,7 @@ fn nothing_matched(
              the {} workload container(s) ({}): check that the snapshot is of the cluster \
              Prometheus scrapes, and the label flags ({labels})",
             stats.series,
-            args.prometheus_url,
+            crate::usage::prometheus::redact_url(&args.prometheus_url),
             without_usage.len(),
             names_of(without_usage)
         )

@@ -328,7 +328,7 @@ pub async fn report(args: &ReportArgs) -> Result<CostReport> {
     eprintln!(
         "reading {}h of requests and usage from {}",
         (now - start) / 3600,
-        args.prometheus_url
+        crate::usage::prometheus::redact_url(&args.prometheus_url)
     );
     let inv = inventory::read(
         &source,
@@ -340,13 +340,18 @@ pub async fn report(args: &ReportArgs) -> Result<CostReport> {
         },
     )
     .await
-    .map_err(|e| CliError::Input(format!("--prometheus-url {}: {e}", args.prometheus_url)))?;
+    .map_err(|e| {
+        CliError::Input(format!(
+            "--prometheus-url {}: {e}",
+            crate::usage::prometheus::redact_url(&args.prometheus_url)
+        ))
+    })?;
     if inv.requests.is_empty() {
         return Err(CliError::NothingToReport(format!(
             "Prometheus at --prometheus-url {} has no kube_pod_container_resource_requests \
              series{} in --window {} ending {}: check that it scrapes kube-state-metrics, the \
              window and --namespace",
-            args.prometheus_url,
+            crate::usage::prometheus::redact_url(&args.prometheus_url),
             if args.namespaces.is_empty() {
                 String::new()
             } else {
@@ -378,7 +383,12 @@ pub async fn report(args: &ReportArgs) -> Result<CostReport> {
         },
     )
     .await
-    .map_err(|e| CliError::Input(format!("--prometheus-url {}: {e}", args.prometheus_url)))?;
+    .map_err(|e| {
+        CliError::Input(format!(
+            "--prometheus-url {}: {e}",
+            crate::usage::prometheus::redact_url(&args.prometheus_url)
+        ))
+    })?;
     let mut recommended = Recommended::default();
     for c in &outcome.containers {
         let r = &c.recommendation.recommended;

@@ -78,8 +78,9 @@ pub enum LogFormat {
 /// `tailor run` settings.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Kubeconfig file; without it, the in-cluster service account.
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig file; without it, `$KUBECONFIG` (several files, `:`-separated, merged as
+    /// kubectl merges them), `~/.kube/config`, then the in-cluster service account.
+    #[arg(long, env = "TAILOR_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
     /// The cluster's name: tagged on every instance, so garbage collection touches only
@@ -320,6 +321,10 @@ fn lease_timing(scale: f64) -> (u64, u64) {
 
 /// The identity this replica campaigns under: `$POD_NAME` (the chart passes it through the
 /// downward API), else the hostname with a random suffix.
+/// How long the agent's first request to the API server may wait for an answer before the
+/// agent stops, naming the server and the cause.
+const API_SERVER_TIMEOUT: Duration = Duration::from_secs(10);
+
 fn identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
         && !pod.is_empty()
@@ -393,6 +398,9 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
     let types = catalog.instance_types(&catalog_options)?;
     let file = kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
     let (client, server) = crate::state::cluster::client(file, None)
+        .await
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    crate::state::cluster::check_reachable(&client, &server, API_SERVER_TIMEOUT)
         .await
         .map_err(|e| CliError::Input(e.to_string()))?;
     let write_client = crate::state::cluster::write_client(file)

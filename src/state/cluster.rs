@@ -48,6 +48,75 @@ pub enum ClusterError {
     /// An object failed validation.
     #[error(transparent)]
     Object(#[from] SnapshotError),
+    /// The API server did not answer a first request.
+    #[error("API server {server}: {cause}")]
+    Unreachable {
+        /// The API server's URL.
+        server: String,
+        /// Why, in words first (connection refused, timed out, TLS, 401 or 403), then the
+        /// client's own message.
+        cause: String,
+    },
+}
+
+/// Asks the API server for its version, within `timeout`: a first request that names the
+/// server and the cause when it cannot be reached (refused, no answer, TLS, credentials),
+/// instead of the bare "client error (Connect)" of the first watch or Lease request.
+pub async fn check_reachable(
+    client: &Client,
+    server: &str,
+    timeout: std::time::Duration,
+) -> Result<(), ClusterError> {
+    let cause = match tokio::time::timeout(timeout, client.apiserver_version()).await {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(e)) => unreachable_cause(&e),
+        Err(_) => format!("timed out: no answer within {} s", timeout.as_secs_f64()),
+    };
+    Err(ClusterError::Unreachable {
+        server: server.to_string(),
+        cause,
+    })
+}
+
+/// Why a request to the API server failed, in words first, then every message in the
+/// error's chain (the client's outermost message alone says only "client error").
+pub fn unreachable_cause(e: &kube::Error) -> String {
+    if let kube::Error::Api(status) = e {
+        let words = match status.code {
+            401 => "the credentials were refused (401 Unauthorized)",
+            403 => "the credentials may not read the server's version (403 Forbidden)",
+            _ => "the server refused the request",
+        };
+        return format!("{words}: {} {}", status.code, status.message);
+    }
+    let mut chain = vec![e.to_string()];
+    let mut kind = None;
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            kind = kind.or(Some(io.kind()));
+        }
+        let message = s.to_string();
+        if !chain.iter().any(|m| m.contains(&message)) {
+            chain.push(message);
+        }
+        source = s.source();
+    }
+    let text = chain.join(": ");
+    let lower = text.to_lowercase();
+    let words = match kind {
+        Some(std::io::ErrorKind::ConnectionRefused) => "connection refused",
+        Some(std::io::ErrorKind::TimedOut) => "timed out",
+        _ if lower.contains("certificate")
+            || lower.contains("tls")
+            || lower.contains("handshake") =>
+        {
+            "TLS handshake failed"
+        }
+        _ if lower.contains("dns") || lower.contains("lookup") => "name lookup failed",
+        _ => "unreachable",
+    };
+    format!("{words} ({text})")
 }
 
 /// The kinds of object a read can list.

@@ -257,8 +257,30 @@ fn time_chunks(first: i64, last: i64, step: i64) -> Vec<(i64, i64)> {
 pub struct PrometheusSource {
     http: reqwest::Client,
     settings: Arc<PrometheusSettings>,
+    /// The base URL as messages show it: credentials in it replaced by `***`.
+    shown: Arc<str>,
     /// Where each request's duration and failure, and the data's age, are recorded.
     metrics: Option<Metrics>,
+}
+
+/// `url` as logs, errors and Events may show it: a user and password in it are replaced
+/// by `***`. Text that does not parse as a URL with a host is shown from its last `@`.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.has_host() => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            if !parsed.username().is_empty() {
+                let _ = parsed.set_username("***");
+            }
+            parsed.to_string()
+        }
+        _ => match url.rsplit_once('@') {
+            Some((_, rest)) => format!("***@{rest}"),
+            None => url.to_string(),
+        },
+    }
 }
 
 fn settings_error(what: impl std::fmt::Display) -> UsageError {
@@ -373,12 +395,12 @@ impl PrometheusSource {
         let http = builder
             .build()
             .map_err(|e| settings_error(format!("HTTP client: {e}")))?;
+        let shown: Arc<str> = redact_url(&settings.url).into();
         let url = reqwest::Url::parse(&settings.url)
-            .map_err(|e| settings_error(format!("URL {:?}: {e}", settings.url)))?;
+            .map_err(|e| settings_error(format!("URL {shown:?}: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(settings_error(format!(
-                "URL {:?}: the scheme must be http or https",
-                settings.url
+                "URL {shown:?}: the scheme must be http or https"
             )));
         }
         let day = 86_400;
@@ -391,6 +413,7 @@ impl PrometheusSource {
         Ok(PrometheusSource {
             http,
             settings: Arc::new(settings),
+            shown,
             metrics: None,
         })
     }
@@ -586,7 +609,7 @@ impl PrometheusSource {
                 }
                 Err(Failure::Transient(_, message)) => {
                     return Err(UsageError::Unavailable {
-                        url: self.settings.url.clone(),
+                        url: self.shown.to_string(),
                         message: format!("{message} (tried {} times)", self.settings.retries + 1),
                     });
                 }
@@ -601,7 +624,9 @@ impl PrometheusSource {
         form: &[(&str, String)],
         what: &str,
     ) -> Result<T, Failure> {
-        let url = format!("{}{path}", self.settings.url.trim_end_matches('/'));
+        let target = format!("{}{path}", self.settings.url.trim_end_matches('/'));
+        // What messages show: never the credentials a URL may carry.
+        let url = format!("{}{path}", self.shown.trim_end_matches('/'));
         let timeout = self.settings.timeout.as_secs_f64();
         let transport = |e: reqwest::Error| {
             if e.is_timeout() {
@@ -617,12 +642,12 @@ impl PrometheusSource {
             Failure::Final(
                 kind,
                 UsageError::Unavailable {
-                    url: self.settings.url.clone(),
+                    url: self.shown.to_string(),
                     message,
                 },
             )
         };
-        let mut request = self.http.post(&url).form(form);
+        let mut request = self.http.post(&target).form(form);
         if let Some(azure) = &self.settings.azure_auth {
             // The credential answers from its cache, or exchanges again near expiry.
             let token = azure
@@ -718,7 +743,7 @@ impl PrometheusSource {
             return Err(Failure::Final(
                 QueryError::Query,
                 UsageError::Query {
-                    url: self.settings.url.clone(),
+                    url: self.shown.to_string(),
                     query: what.to_string(),
                     message: decoded.error.unwrap_or(decoded.status),
                 },
@@ -793,7 +818,7 @@ impl PrometheusSource {
                 })
                 .collect()),
             _ => Err(UsageError::Query {
-                url: self.settings.url.clone(),
+                url: self.shown.to_string(),
                 query: promql.to_string(),
                 message: "expected a range vector".to_string(),
             }),
@@ -819,7 +844,7 @@ impl PrometheusSource {
                 .map(|(labels, v)| (labels, v.value()))
                 .collect()),
             _ => Err(UsageError::Query {
-                url: self.settings.url.clone(),
+                url: self.shown.to_string(),
                 query: promql.to_string(),
                 message: "expected an instant vector".to_string(),
             }),
@@ -831,9 +856,9 @@ impl PrometheusSource {
         &self.settings.labels
     }
 
-    /// The base URL, for messages.
+    /// The base URL, for messages (credentials in it replaced by `***`).
     pub fn url(&self) -> &str {
-        &self.settings.url
+        &self.shown
     }
 
     /// The container series (namespace, pod; one entry per container) with memory
@@ -904,7 +929,7 @@ impl UsageSource for PrometheusSource {
         // Answers go to the sink as they arrive; only those in flight are held.
         while let Some(joined) = set.join_next().await {
             let (metric, promql, data) = joined.map_err(|e| UsageError::Unavailable {
-                url: self.settings.url.clone(),
+                url: self.shown.to_string(),
                 message: format!("query task failed: {e}"),
             })?;
             let data = data?;
@@ -917,7 +942,7 @@ impl UsageSource for PrometheusSource {
                         "a scalar"
                     };
                     return Err(UsageError::Query {
-                        url: self.settings.url.clone(),
+                        url: self.shown.to_string(),
                         query: promql,
                         message: format!("expected a range vector, got {kind}"),
                     });
@@ -975,6 +1000,22 @@ impl UsageSource for PrometheusSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_a_url_are_never_shown() {
+        for (url, shown) in [
+            ("http://rt:s3cr3t@prom:9090", "http://***:***@prom:9090/"),
+            (
+                "https://user@prom.example/select/0",
+                "https://***@prom.example/select/0",
+            ),
+            ("http://prom:9090", "http://prom:9090/"),
+            ("prom:s3cr3t@host", "***@host"),
+            ("no url at all", "no url at all"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
 
     fn containers(spec: &[(&str, &str, usize)]) -> Vec<(String, String)> {
         let mut out = Vec::new();

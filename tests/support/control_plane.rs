@@ -565,7 +565,8 @@ impl Agent {
     }
 
     /// Starts `tailor run` with the identity of `kubeconfig` (the admin's, or a
-    /// ServiceAccount's), its leader-election Lease in `lease_namespace`.
+    /// ServiceAccount's; an empty path passes none), its leader-election Lease in
+    /// `lease_namespace`.
     pub fn start_as(
         cp: &ControlPlane,
         kubeconfig: &Path,
@@ -590,10 +591,16 @@ impl Agent {
         let binary = std::env::var_os("TAILOR_E2E_BIN")
             .filter(|b| !b.is_empty())
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_tailor").into());
+        // An empty kubeconfig path: none on the command line, so the agent finds its own
+        // (from `KUBECONFIG` in `env`).
+        let kubeconfig_flag: Vec<&std::ffi::OsStr> = if kubeconfig.as_os_str().is_empty() {
+            Vec::new()
+        } else {
+            vec!["--kubeconfig".as_ref(), kubeconfig.as_os_str()]
+        };
         let child = Command::new(binary)
             .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
+            .args(kubeconfig_flag)
             .args(cloud)
             .args([
                 "--cluster-name",
