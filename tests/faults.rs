@@ -196,3 +196,116 @@ async fn a_password_in_the_prometheus_url_never_reaches_the_log_or_metrics() {
     assert!(log.contains("http://***:***@127.0.0.1:"), "{log}");
     assert!(!agent.metrics().await.contains("s3cr3t-pass"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mistyped_mode_is_named_on_the_nodepool_and_the_pool_stays_recommend_only() {
+    use k8s_openapi::api::core::v1::Event;
+    use kube::api::{Api, Patch, PatchParams};
+    use tailor::apis::{NodeClaim, NodePool};
+
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(
+        r#"
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux, maxPods: 110}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata:
+  name: default
+  annotations: {tailor.sh/mode: Autonomous}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: tailor.sh/sku-family, operator: In, values: [D]}
+      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+  disruption: {consolidateAfter: 10m}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - {name: c, image: i, resources: {requests: {cpu: 500m, memory: 1Gi}}}
+"#,
+    )
+    .await;
+    // Recommend-only globally: the pool's own (mistyped) annotation is all that could
+    // make it act.
+    let agent = Agent::start(&cp, "mode", &["--mode", "recommend"]);
+    agent.wait_ready().await;
+    let pools: Api<NodePool> = Api::all(cp.client.clone());
+    let condition = eventually(
+        Duration::from_secs(60),
+        "ValidationSucceeded=False on the NodePool",
+        || async {
+            let pool = pools.get("default").await.ok()?;
+            pool.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "ValidationSucceeded" && c.status == "False")
+        },
+    )
+    .await;
+    assert_eq!(condition.reason, "InvalidMode");
+    assert!(
+        condition.message.contains("tailor.sh/mode: \"Autonomous\"")
+            && condition.message.contains("recommend-only"),
+        "{}",
+        condition.message
+    );
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    eventually(
+        Duration::from_secs(60),
+        "InvalidMode and WouldProvision Events on the NodePool",
+        || async {
+            let reasons: Vec<String> = control_plane::list(&events)
+                .await
+                .into_iter()
+                .filter(|e| e.involved_object.kind.as_deref() == Some("NodePool"))
+                .filter_map(|e| e.reason)
+                .collect();
+            (reasons.iter().any(|r| r == "InvalidMode")
+                && reasons.iter().any(|r| r == "WouldProvision"))
+            .then_some(())
+        },
+    )
+    .await;
+    assert!(agent.log().contains("\"Autonomous\" is neither"));
+    let claims: Api<NodeClaim> = Api::all(cp.client.clone());
+    assert!(control_plane::list(&claims).await.is_empty());
+
+    // Written right, the pool acts, and the condition says it is valid again.
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"tailor.sh/mode": "autonomous"}}}),
+            ),
+        )
+        .await
+        .expect("annotate");
+    eventually(Duration::from_secs(60), "a NodeClaim", || async {
+        (!control_plane::list(&claims).await.is_empty()).then_some(())
+    })
+    .await;
+    let pool = pools.get("default").await.expect("pool");
+    let valid = pool
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "ValidationSucceeded")
+        .expect("condition");
+    assert_eq!(valid.status, "True", "{valid:?}");
+}

@@ -312,6 +312,23 @@ pub fn mode_for(global: Mode, pool: Option<&NodePool>) -> Mode {
     }
 }
 
+/// What is wrong with a NodePool's mode annotations (`tailor.sh/mode`,
+/// `tailor.sh/disruption-mode`), naming the value: each must be `recommend` or
+/// `autonomous`. A wrong one keeps the pool recommend-only ([`mode_for`]); this says so.
+pub fn mode_problem(pool: &NodePool) -> Option<String> {
+    [labels::MODE_ANNOTATION, labels::DISRUPTION_MODE_ANNOTATION]
+        .into_iter()
+        .find_map(|key| {
+            let value = pool.annotations().get(key)?;
+            (value != "recommend" && value != "autonomous").then(|| {
+                format!(
+                    "nodepool {}: annotation {key}: {value:?} is neither \"recommend\" nor \"autonomous\"; the pool stays recommend-only",
+                    pool.name_any()
+                )
+            })
+        })
+}
+
 /// The mode disruption applies to a NodePool's nodes: its `tailor.sh/disruption-mode`
 /// annotation (`recommend` or `autonomous`), else the pool's mode ([`mode_for`]). A pool
 /// can so be provisioned by Tailor while its consolidation is only reported, the usual

@@ -470,7 +470,14 @@ async fn provision<C: CloudProvider>(
             continue;
         }
         let verdict = validate_pool(pool);
-        report_validation(ctx, pool, &verdict, now).await;
+        // A mistyped mode is reported like an invalid pool, but the pool is still planned
+        // with, recommend-only: its pending pods get their WouldProvision Events.
+        let shown = match (&verdict, super::mode_problem(pool)) {
+            (Err(m), _) => Err(Invalid::Pool(m.clone())),
+            (Ok(()), Some(m)) => Err(Invalid::Mode(m)),
+            (Ok(()), None) => Ok(()),
+        };
+        report_validation(ctx, pool, &shown, now).await;
         if verdict.is_ok() {
             valid.insert(pool.name_any());
         }
@@ -824,19 +831,29 @@ async fn report_right_sizing_effect<C: CloudProvider>(
     }
 }
 
+/// Why a NodePool failed validation.
+enum Invalid {
+    /// Its spec cannot be planned with: nothing is launched for it.
+    Pool(String),
+    /// A mode annotation has a value Tailor does not know: the pool stays recommend-only.
+    Mode(String),
+}
+
 /// Records the verdict as the pool's `ValidationSucceeded` condition (only when it changes),
-/// with an Event when the pool is invalid: nothing is launched for an invalid pool.
+/// with an Event when the pool is invalid: nothing is launched for an invalid pool, and a
+/// pool with a mistyped mode stays recommend-only.
 async fn report_validation<C: CloudProvider>(
     ctx: &Context<C>,
     pool: &NodePool,
-    verdict: &Result<(), String>,
+    verdict: &Result<(), Invalid>,
     now: Timestamp,
 ) {
     use crate::apis::nodepool::condition::VALIDATION_SUCCEEDED;
     let mut status = pool.status.clone().unwrap_or_default();
     let (ok, reason, message) = match verdict {
         Ok(()) => (true, "Valid", String::new()),
-        Err(m) => (false, "Invalid", m.clone()),
+        Err(Invalid::Pool(m)) => (false, "Invalid", m.clone()),
+        Err(Invalid::Mode(m)) => (false, "InvalidMode", m.clone()),
     };
     let changed = crate::apis::set_condition(
         &mut status.conditions,
@@ -846,12 +863,21 @@ async fn report_validation<C: CloudProvider>(
         return;
     }
     if !ok {
-        tracing::warn!(nodepool = %pool.name_any(), %message, "nodepool is invalid; nothing is launched for it");
+        let event = match verdict {
+            Err(Invalid::Mode(_)) => {
+                tracing::warn!(nodepool = %pool.name_any(), %message, "nodepool mode annotation is invalid; it stays recommend-only");
+                "InvalidMode"
+            }
+            _ => {
+                tracing::warn!(nodepool = %pool.name_any(), %message, "nodepool is invalid; nothing is launched for it");
+                "InvalidNodePool"
+            }
+        };
         ctx.writer
             .event(
                 &reference(pool),
                 EventType::Warning,
-                "InvalidNodePool",
+                event,
                 "Validate",
                 message,
             )
