@@ -309,3 +309,245 @@ spec:
         .expect("condition");
     assert_eq!(valid.status, "True", "{valid:?}");
 }
+
+/// Whether the agent's `/metrics` says it leads (false when it does not answer).
+async fn leads(agent: &Agent) -> bool {
+    let Ok(answer) = reqwest::get(format!("{}/metrics", agent.url)).await else {
+        return false;
+    };
+    answer.text().await.unwrap_or_default().lines().any(|l| {
+        l.starts_with("tailor_leader")
+            && !l.starts_with("tailor_leader_")
+            && l.trim_end().ends_with(" 1")
+    })
+}
+
+/// The holder of Lease `name` in `default`, if any.
+async fn holder(cp: &ControlPlane, name: &str) -> Option<String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(cp.client.clone(), "default");
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()?
+        .spec?
+        .holder_identity
+}
+
+/// Two agents campaigning for Lease `lease`, named (and so identified) `<lease>-a` and
+/// `<lease>-b`; waits until one leads and returns them with the leader first.
+async fn two_agents(cp: &ControlPlane, lease: &str) -> [(String, Agent); 2] {
+    let flags = ["--mode", "recommend", "--leader-election-name", lease];
+    let start = |suffix: &str| {
+        let name = format!("{lease}-{suffix}");
+        let agent = Agent::start(cp, &name, &flags);
+        (name, agent)
+    };
+    let (a, b) = (start("a"), start("b"));
+    a.1.wait_ready().await;
+    b.1.wait_ready().await;
+    let a_first = eventually(Duration::from_secs(60), "one agent leads", || async {
+        match (leads(&a.1).await, leads(&b.1).await) {
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            _ => None,
+        }
+    })
+    .await;
+    if a_first { [a, b] } else { [b, a] }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_lease_is_taken_again_and_the_follower_leads_when_the_leader_dies() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let cp = ControlPlane::start().await;
+    let lease = "faults-deleted";
+    let mut agents = two_agents(&cp, lease).await;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(cp.client.clone(), "default");
+    leases
+        .delete(lease, &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the Lease");
+    // Created again and held by one replica, the only one that leads.
+    let held_by = eventually(Duration::from_secs(30), "the Lease held again", || async {
+        let h = holder(&cp, lease).await?;
+        let [(a_name, a), (_, b)] = &agents;
+        let (a_leads, b_leads) = (leads(a).await, leads(b).await);
+        (a_leads != b_leads && (h == *a_name) == a_leads).then_some(h)
+    })
+    .await;
+    // The holder dies: the other replica takes the Lease once it expires (4 s at the
+    // tests' timer scale).
+    let dead = agents
+        .iter()
+        .position(|(n, _)| *n == held_by)
+        .expect("an agent holds it");
+    agents[dead].1.kill();
+    let (survivor_name, survivor) = &agents[1 - dead];
+    eventually(
+        Duration::from_secs(30),
+        "the survivor leads and holds the Lease",
+        || async {
+            (leads(survivor).await && holder(&cp, lease).await.as_deref() == Some(survivor_name))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sigterm_the_leader_releases_the_lease_and_the_follower_takes_it_within_two_seconds() {
+    let cp = ControlPlane::start().await;
+    let lease = "faults-sigterm";
+    let [(was, leader), (_, follower)] = two_agents(&cp, lease).await;
+    assert_eq!(holder(&cp, lease).await.as_deref(), Some(was.as_str()));
+    // SAFETY: sends SIGTERM to a child process this test started and still owns.
+    unsafe { libc::kill(leader.pid() as libc::pid_t, libc::SIGTERM) };
+    let started = Instant::now();
+    eventually(Duration::from_secs(20), "the follower leads", || async {
+        leads(&follower).await.then_some(())
+    })
+    .await;
+    let handover = started.elapsed();
+    let now = holder(&cp, lease).await.expect("held");
+    assert_ne!(now, was, "the Lease changed hands");
+    println!("hand-over after SIGTERM: {:.2} s", handover.as_secs_f64());
+    // Without a release the follower would wait out the Lease (4 s here, 15 s in production).
+    assert!(handover < Duration::from_secs(2), "{handover:?}");
+    drop(leader);
+}
+
+/// A loopback TCP proxy to the API server that can be cut: while cut it refuses new
+/// connections and has dropped the open ones.
+struct Proxy {
+    address: String,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (o, c) = (open.clone(), connections.clone());
+        let listener = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !o.load(Ordering::SeqCst) {
+                    continue; // dropped: the client sees the connection closed
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                c.lock().expect("lock").push(task);
+            }
+        });
+        Proxy {
+            address,
+            open,
+            connections,
+            listener,
+        }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        for task in self.connections.lock().expect("lock").drain(..) {
+            task.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.listener.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_stops_leading_and_fails_liveness_until_it_is_back() {
+    let cp = ControlPlane::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = std::fs::read_to_string(&cp.kubeconfig).expect("kubeconfig");
+    let config: serde_yaml::Value = serde_yaml::from_str(&text).expect("parses");
+    let server = config["clusters"][0]["cluster"]["server"]
+        .as_str()
+        .expect("server")
+        .to_string();
+    let upstream = server
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_string();
+    let proxy = Proxy::start(upstream).await;
+    let file = kubeconfig_with(&cp, dir.path(), "proxied", |c| {
+        set_server(c, &format!("https://{}", proxy.address));
+    });
+    let lease = "faults-cut";
+    let agent = Agent::start_as(
+        &cp,
+        &file,
+        "default",
+        "cut",
+        &["--cloud", "kwok"],
+        &["--mode", "recommend", "--leader-election-name", lease],
+        &[],
+    );
+    agent.wait_ready().await;
+    eventually(Duration::from_secs(60), "the agent leads", || async {
+        leads(&agent).await.then_some(())
+    })
+    .await;
+    let healthz = format!("{}/healthz", agent.url);
+    assert!(
+        reqwest::get(&healthz)
+            .await
+            .expect("healthz")
+            .status()
+            .is_success()
+    );
+
+    proxy.cut();
+    // It cannot renew: it stops leading within the renew deadline (2 s here), and liveness
+    // fails once no Lease request has succeeded for the deadline and a Lease duration.
+    eventually(
+        Duration::from_secs(20),
+        "the agent stops leading",
+        || async { (!leads(&agent).await).then_some(()) },
+    )
+    .await;
+    let reason = eventually(Duration::from_secs(30), "/healthz fails", || async {
+        let answer = reqwest::get(&healthz).await.ok()?;
+        (answer.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE).then_some(())?;
+        answer.text().await.ok()
+    })
+    .await;
+    assert!(
+        reason.contains("leader election") && reason.contains(lease),
+        "{reason}"
+    );
+
+    proxy.restore();
+    eventually(
+        Duration::from_secs(60),
+        "the agent leads and is live again",
+        || async {
+            let live = reqwest::get(&healthz).await.ok()?.status().is_success();
+            (live && leads(&agent).await).then_some(())
+        },
+    )
+    .await;
+}

@@ -11,8 +11,6 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use kube::Client;
-use kube_lease_manager::LeaseManagerBuilder;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::recommend::PrometheusArgs;
@@ -25,7 +23,7 @@ use crate::cloud::azure::{AzureCloud, AzureSettings};
 use crate::cloud::kwok::{KwokCloud, KwokSettings, parse_offering};
 use crate::controllers::{self, Context, Settings, State, Writer};
 use crate::provisioning::Mode;
-use crate::server::Readiness;
+use crate::server::{Liveness, Readiness};
 use crate::telemetry::Metrics;
 
 /// The cloud the agent buys nodes from.
@@ -310,21 +308,12 @@ fn parse_timer_scale(s: &str) -> std::result::Result<f64, String> {
     }
 }
 
-/// The leader-election Lease's duration and renew grace (seconds) at `scale`: 15 s and 5 s,
-/// as client-go's defaults, shrunk for tests but never below 4 s and 2 s, so that a renewal
-/// has two seconds to spare on a loaded machine.
-fn lease_timing(scale: f64) -> (u64, u64) {
-    let duration = ((15.0 * scale).round() as u64).max(4);
-    let grace = ((5.0 * scale).round() as u64).clamp(2, duration - 2);
-    (duration, grace)
-}
-
-/// The identity this replica campaigns under: `$POD_NAME` (the chart passes it through the
-/// downward API), else the hostname with a random suffix.
 /// How long the agent's first request to the API server may wait for an answer before the
 /// agent stops, naming the server and the cause.
 const API_SERVER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The identity this replica campaigns under: `$POD_NAME` (the chart passes it through the
+/// downward API), else the hostname with a random suffix.
 fn identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
         && !pod.is_empty()
@@ -409,6 +398,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
     let metrics = Metrics::new(&opentelemetry::global::meter("tailor"));
     record_catalog(&metrics, &types);
     let ready = Readiness::default();
+    let live = Liveness::default();
     let mut tasks = JoinSet::new();
     serve(
         &mut tasks,
@@ -416,6 +406,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         health_address,
         &metrics,
         &ready,
+        &live,
     )
     .await?;
 
@@ -427,16 +418,16 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                 .filter(|n| !n.is_empty())
         })
         .unwrap_or_else(|| "default".to_string());
-    let leader = elect(
+    let election = elect(
         &client,
-        &mut tasks,
         &namespace,
         &leader_election_name,
         &identity,
-        lease_timing(timer_scale),
+        timer_scale,
         &metrics,
-    )
-    .await?;
+        &live,
+    );
+    let leader = election.leader();
 
     let state = State::start(&client, &mut tasks);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -615,13 +606,15 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
             tracing::info!("caches synced; ready");
         }
         () = shutdown_signal() => {
+            election.stop(Duration::from_secs(3)).await;
             let _ = tokio::time::timeout(Duration::from_secs(5), tasks.shutdown()).await;
             return Ok(());
         }
     }
     shutdown_signal().await;
     tracing::info!("shutting down");
-    drop(leader);
+    // The Lease is released first, so a follower leads while this replica winds down.
+    election.stop(Duration::from_secs(3)).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), tasks.shutdown()).await;
     Ok(())
 }
@@ -632,6 +625,7 @@ async fn serve(
     health_address: SocketAddr,
     metrics: &Metrics,
     ready: &Readiness,
+    live: &Liveness,
 ) -> Result<()> {
     let addresses = if metrics_address == health_address {
         vec![metrics_address]
@@ -647,7 +641,7 @@ async fn serve(
                     flag: "--metrics-address/--health-address",
                     reason: format!("binding {address}: {e}"),
                 })?;
-        let router = crate::server::router(metrics.clone(), ready.clone());
+        let router = crate::server::router(metrics.clone(), ready.clone(), live.clone());
         tasks.spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 tracing::error!(error = %e, "serving metrics and health failed");
@@ -825,40 +819,25 @@ async fn shared_certificate(
     Ok((cert, certificate::Resolver::new(key)))
 }
 
-/// Campaigns for the Lease; the receiver says whether this replica leads now. Losing the
-/// lease is seen within one renew period, and every write checks it first.
-async fn elect(
+/// Campaigns for the Lease ([`controllers::leader`]); the election's receiver says whether
+/// this replica leads now. Losing the Lease is seen within one retry period, and every write
+/// checks it first.
+fn elect(
     client: &Client,
-    tasks: &mut JoinSet<()>,
     namespace: &str,
     name: &str,
     identity: &str,
-    (duration, grace): (u64, u64),
+    timer_scale: f64,
     metrics: &Metrics,
-) -> Result<watch::Receiver<bool>> {
-    let manager = LeaseManagerBuilder::new(client.clone(), name)
-        .with_namespace(namespace)
-        .with_identity(identity)
-        .with_duration(duration)
-        .with_grace(grace)
-        .build()
-        .await
-        .map_err(|e| CliError::Input(format!("leader election lease {namespace}/{name}: {e}")))?;
-    let (mut receiver, handle) = manager.watch().await;
-    let leader = receiver.clone();
+    live: &Liveness,
+) -> controllers::leader::Election {
+    let settings = controllers::leader::Settings::scaled(namespace, name, identity, timer_scale);
+    metrics.set_leader(false);
     let metrics = metrics.clone();
-    metrics.set_leader(*receiver.borrow());
-    tasks.spawn(async move {
-        while receiver.changed().await.is_ok() {
-            let leads = *receiver.borrow();
-            metrics.set_leader(leads);
-            tracing::info!(leader = leads, "leadership changed");
-        }
-        if let Ok(Err(e)) = handle.await {
-            tracing::error!(error = %e, "leader election stopped");
-        }
-    });
-    Ok(leader)
+    controllers::leader::start(client.clone(), settings, live.clone(), move |leads| {
+        metrics.set_leader(leads);
+        tracing::info!(leader = leads, "leadership changed");
+    })
 }
 
 async fn shutdown_signal() {
@@ -895,11 +874,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_timer_scale_shrinks_the_lease_but_keeps_it_renewable() {
-        assert_eq!(lease_timing(1.0), (15, 5), "client-go's defaults");
-        assert_eq!(lease_timing(0.2), (4, 2));
-        assert_eq!(lease_timing(0.5), (8, 3));
-        assert_eq!(lease_timing(0.01), (4, 2), "never below 4 s and 2 s");
+    fn the_timer_scale_is_a_factor_in_zero_to_one() {
         assert!(parse_timer_scale("0.2").is_ok());
         for bad in ["0", "-1", "1.5", "fast"] {
             let e = parse_timer_scale(bad).expect_err(bad);

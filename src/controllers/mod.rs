@@ -25,6 +25,7 @@ pub mod demand;
 pub mod disruption;
 pub mod garbage_collection;
 pub mod interruption;
+pub mod leader;
 pub mod nodeclaim;
 pub mod provisioning;
 pub mod rightsizing;
