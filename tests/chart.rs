@@ -452,3 +452,32 @@ fn a_user_assigned_managed_identity_reaches_the_agent_and_excludes_workload_iden
         "{err}"
     );
 }
+
+#[test]
+fn workloads_may_be_patched_only_when_rolling_restarts_are_allowed() {
+    // Whether any role grants `patch` on Deployments, and whether the agent is told it may.
+    let grants = |values: &str| {
+        let objects = render("tailor", values).expect("renders");
+        let patch = objects
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+            .flat_map(|r| r["rules"].as_sequence().cloned().unwrap_or_default())
+            .any(|rule| {
+                strings(&rule["resources"]).contains(&"deployments".to_string())
+                    && strings(&rule["verbs"]).contains(&"patch".to_string())
+            });
+        let deployment = kind(&objects, "Deployment")[0];
+        let told = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_sequence()
+            .expect("env")
+            .iter()
+            .any(|v| v["name"] == "TAILOR_RIGHTSIZING_ROLLING_RESTART" && v["value"] == "true");
+        (patch, told)
+    };
+    assert_eq!(grants(RIGHTSIZING), (false, false), "off by default");
+    let allowed = format!("{RIGHTSIZING}  rightsizingRollingRestart: true\n");
+    assert_eq!(grants(&allowed), (true, true));
+    // Without right-sizing there is nothing to roll.
+    let no_prometheus = "settings:\n  clusterName: x\n  rightsizingRollingRestart: true\n";
+    assert!(!grants(no_prometheus).0);
+}

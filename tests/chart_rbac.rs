@@ -51,8 +51,7 @@ const NAMESPACE: &str = "tailor";
 
 /// Right-sizing on (a Prometheus URL; the agent is given the test's by flag), so the chart
 /// renders its rules and the webhook's.
-const VALUES: &str =
-    "settings:\n  clusterName: e2e\n  cloud: kwok\n  prometheusUrl: http://prometheus:9090\n";
+const VALUES: &str = "settings:\n  clusterName: e2e\n  cloud: kwok\n  prometheusUrl: http://prometheus:9090\n  rightsizingRollingRestart: true\n";
 
 /// `default` consolidates at once and forces a drain 5 s after a NodeClaim's deletion;
 /// `report` is recommend-only and only pods tolerating its taint may use it.
@@ -288,6 +287,7 @@ impl Rightsizing {
             self.prometheus_url.clone(),
             "--rightsizing-interval".to_string(),
             "2s".to_string(),
+            "--rightsizing-rolling-restart".to_string(),
             "--webhook-address".to_string(),
             format!("127.0.0.1:{port}"),
             "--webhook-url".to_string(),

@@ -1687,7 +1687,46 @@ async fn in_rolling_restart_mode_the_pod_template_gets_the_requests_and_the_depl
         .filter(|p| p.name_any().starts_with("web-"))
         .map(|p| p.uid())
         .collect();
+    // Without --rightsizing-rolling-restart (the chart's default, which grants no patch on
+    // workloads) the policy is told so on the Recommendation and the template is left alone.
     let flags = agent_flags(&prometheus, "3s");
+    let off = Agent::start(&cp, "agent-off", &as_strs(&flags));
+    off.wait_ready().await;
+    actionable(&cp, "deployment-web", 60).await;
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let refused = eventually(
+        Duration::from_secs(60),
+        "a RollingRestartDisabled Event",
+        || async {
+            list(&events)
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("RollingRestartDisabled"))
+        },
+    )
+    .await;
+    assert_eq!(
+        refused.involved_object.name.as_deref(),
+        Some("deployment-web"),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("--rightsizing-rolling-restart")),
+        "{refused:?}"
+    );
+    let untouched = deployments.get("web").await.expect("web");
+    assert_eq!(
+        untouched.spec.as_ref().map(|s| &s.template),
+        before.spec.as_ref().map(|s| &s.template),
+        "the template is left alone"
+    );
+    drop(off);
+
+    let mut flags = flags;
+    flags.push("--rightsizing-rolling-restart".to_string());
     let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
     agent.wait_ready().await;
     let web = actionable(&cp, "deployment-web", 60).await;

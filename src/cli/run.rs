@@ -113,6 +113,14 @@ pub struct RunArgs {
     #[arg(long, env = "TAILOR_RIGHTSIZING_INTERVAL", default_value = "15m", value_parser = parse_std_duration)]
     pub rightsizing_interval: Duration,
 
+    /// Let RightsizingPolicies with `update.mode: RollingRestart` patch their workloads' pod
+    /// templates (it needs `patch` on Deployments, StatefulSets and DaemonSets, which the
+    /// chart grants only with `settings.rightsizingRollingRestart`). Off, such policies are
+    /// told so by an Event on each Recommendation, and new pods still get the
+    /// recommendation from the webhook.
+    #[arg(long, env = "TAILOR_RIGHTSIZING_ROLLING_RESTART")]
+    pub rightsizing_rolling_restart: bool,
+
     /// Address the admission webhook listens on (HTTPS), e.g. `0.0.0.0:9443`; without it
     /// the webhook is off and new pods keep the requests they are created with.
     #[arg(long, env = "TAILOR_WEBHOOK_ADDRESS")]
@@ -351,6 +359,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         prometheus_url,
         prometheus,
         rightsizing_interval,
+        rightsizing_rolling_restart,
         webhook_address,
         webhook_url,
         webhook_cert_dir,
@@ -442,6 +451,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         gc_interval,
         prometheus,
         rightsizing_interval,
+        rolling_restart: rightsizing_rolling_restart,
         namespace: namespace.clone(),
         webhook: webhook_address.is_some(),
         headroom_lead: i64::try_from(headroom_lead.as_secs()).unwrap_or(i64::MAX),

@@ -75,6 +75,8 @@ pub struct Settings {
     pub prometheus: Option<crate::usage::prometheus::PrometheusSettings>,
     /// How often right-sizing reads new usage and rewrites Recommendations.
     pub rightsizing_interval: Duration,
+    /// Whether `update.mode: RollingRestart` may patch workloads' pod templates.
+    pub rolling_restart: bool,
     /// Usage whose newest sample is older than this (seconds) is stale: nothing is changed
     /// on its strength.
     pub usage_stale_after: i64,
@@ -172,6 +174,7 @@ impl Default for Settings {
             gc_interval: Duration::from_secs(30),
             prometheus: None,
             rightsizing_interval: DEFAULT_RIGHTSIZING_INTERVAL,
+            rolling_restart: false,
             usage_stale_after: DEFAULT_USAGE_STALE_AFTER,
             namespace: "default".to_string(),
             webhook: false,

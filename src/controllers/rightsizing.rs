@@ -73,6 +73,8 @@ pub mod event_reason {
     pub const BLOCKED_WITHOUT_WEBHOOK: &str = "EvictionBlockedWithoutWebhook";
     /// `RollingRestart`: the workload's pod template got the recommended requests.
     pub const TEMPLATE_APPLIED: &str = "TemplateRequestsApplied";
+    /// `RollingRestart` was asked for but the install does not allow it: nothing patched.
+    pub const ROLLING_RESTART_DISABLED: &str = "RollingRestartDisabled";
 }
 
 /// Runs right-sizing until aborted, reading usage from Prometheus; does nothing without
@@ -1027,6 +1029,23 @@ async fn roll<C: CloudProvider>(
     };
     if crate::actuation::rollable(&w.kind).is_none() {
         tracing::debug!(workload = %format!("{}/{}/{}", w.namespace, w.kind, w.name), "RollingRestart: the kind has no rolling pod template; the webhook applies at creation");
+        return;
+    }
+    if !ctx.settings.rolling_restart {
+        let note = format!(
+            "{} {}: update.mode RollingRestart is off in this install (--rightsizing-rolling-restart, chart value settings.rightsizingRollingRestart); the pod template is left as it is",
+            w.kind, w.name
+        );
+        tracing::debug!(%note, "RollingRestart not applied");
+        ctx.writer
+            .event(
+                reference,
+                EventType::Warning,
+                event_reason::ROLLING_RESTART_DISABLED,
+                "Rightsizing",
+                note,
+            )
+            .await;
         return;
     }
     let Some(body) =
