@@ -178,9 +178,9 @@ fn every_setting_reaches_the_agent_as_a_variable_tailor_run_reads() {
         .output()
         .expect("tailor runs");
     let help = String::from_utf8_lossy(&out.stdout);
-    // Read by the process rather than by a flag: the pod's namespace (leader election) and
-    // OpenTelemetry's standard endpoint variable.
-    let not_flags = ["POD_NAMESPACE", "OTEL_EXPORTER_OTLP_ENDPOINT"];
+    // Read by the process rather than by a flag: the pod's namespace and name (leader
+    // election) and OpenTelemetry's standard endpoint variable.
+    let not_flags = ["POD_NAMESPACE", "POD_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT"];
     for var in env {
         let name = var["name"].as_str().expect("name");
         assert!(
@@ -195,6 +195,14 @@ fn every_setting_reaches_the_agent_as_a_variable_tailor_run_reads() {
             .map(String::from)
     };
     assert_eq!(value("TAILOR_CLUSTER_NAME").as_deref(), Some("prod-eastus"));
+    let pod_name = env
+        .iter()
+        .find(|v| v["name"] == "POD_NAME")
+        .expect("POD_NAME");
+    assert_eq!(
+        pod_name["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
     assert_eq!(value("TAILOR_MODE").as_deref(), Some("autonomous"));
     assert_eq!(
         value("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),

@@ -1,8 +1,9 @@
 //! Observability: metric names and the metrics facade, OpenTelemetry export over OTLP,
 //! and tracing with `RUST_LOG` filtering.
 //!
-//! OTLP export is on when an endpoint is configured (`--otlp-endpoint`, or the standard
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`; the exporter also honours the other standard
+//! OTLP export is on when an endpoint is configured (the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`, chart value `settings.otlpEndpoint`; the exporter also
+//! honours the other standard
 //! `OTEL_EXPORTER_OTLP_*` variables such as headers and timeout). Without one, metrics are
 //! still served in Prometheus text format at `/metrics`. Export never holds the agent back:
 //! see [`export`].
