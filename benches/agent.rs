@@ -152,15 +152,7 @@ fn pod(node: usize, j: usize) -> Pod {
 /// while.
 async fn settle(agent: &Agent, pid: u32) -> (f64, f64, f64) {
     agent.wait_ready().await;
-    eventually(Duration::from_secs(60), "the agent leads", || async {
-        agent
-            .metrics()
-            .await
-            .lines()
-            .any(|l| l.starts_with("tailor_leader") && l.trim_end().ends_with(" 1"))
-            .then_some(())
-    })
-    .await;
+    agent.wait_leading(60).await;
     // Let the controllers take a few passes over the stores.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let (rss, hwm) = memory(pid);

@@ -152,15 +152,7 @@ async fn a_kubeconfig_of_several_files_is_merged_as_kubectl_does() {
         &[("KUBECONFIG", paths.as_str()), ("HOME", home_dir.as_str())],
     );
     agent.wait_ready().await;
-    eventually(Duration::from_secs(60), "the agent leads", || async {
-        agent
-            .metrics()
-            .await
-            .lines()
-            .any(|l| l.starts_with("tailor_leader") && l.trim_end().ends_with(" 1"))
-            .then_some(())
-    })
-    .await;
+    agent.wait_leading(60).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,18 +302,6 @@ spec:
     assert_eq!(valid.status, "True", "{valid:?}");
 }
 
-/// Whether the agent's `/metrics` says it leads (false when it does not answer).
-async fn leads(agent: &Agent) -> bool {
-    let Ok(answer) = reqwest::get(format!("{}/metrics", agent.url)).await else {
-        return false;
-    };
-    answer.text().await.unwrap_or_default().lines().any(|l| {
-        l.starts_with("tailor_leader")
-            && !l.starts_with("tailor_leader_")
-            && l.trim_end().ends_with(" 1")
-    })
-}
-
 /// The holder of Lease `name` in `default`, if any.
 async fn holder(cp: &ControlPlane, name: &str) -> Option<String> {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -348,7 +328,7 @@ async fn two_agents(cp: &ControlPlane, lease: &str) -> [(String, Agent); 2] {
     a.1.wait_ready().await;
     b.1.wait_ready().await;
     let a_first = eventually(Duration::from_secs(60), "one agent leads", || async {
-        match (leads(&a.1).await, leads(&b.1).await) {
+        match (a.1.leads().await, b.1.leads().await) {
             (true, false) => Some(true),
             (false, true) => Some(false),
             _ => None,
@@ -373,7 +353,7 @@ async fn a_deleted_lease_is_taken_again_and_the_follower_leads_when_the_leader_d
     let held_by = eventually(Duration::from_secs(30), "the Lease held again", || async {
         let h = holder(&cp, lease).await?;
         let [(a_name, a), (_, b)] = &agents;
-        let (a_leads, b_leads) = (leads(a).await, leads(b).await);
+        let (a_leads, b_leads) = (a.leads().await, b.leads().await);
         (a_leads != b_leads && (h == *a_name) == a_leads).then_some(h)
     })
     .await;
@@ -389,7 +369,7 @@ async fn a_deleted_lease_is_taken_again_and_the_follower_leads_when_the_leader_d
         Duration::from_secs(30),
         "the survivor leads and holds the Lease",
         || async {
-            (leads(survivor).await && holder(&cp, lease).await.as_deref() == Some(survivor_name))
+            (survivor.leads().await && holder(&cp, lease).await.as_deref() == Some(survivor_name))
                 .then_some(())
         },
     )
@@ -406,7 +386,7 @@ async fn on_sigterm_the_leader_releases_the_lease_and_the_follower_takes_it_with
     unsafe { libc::kill(leader.pid() as libc::pid_t, libc::SIGTERM) };
     let started = Instant::now();
     eventually(Duration::from_secs(20), "the follower leads", || async {
-        leads(&follower).await.then_some(())
+        follower.leads().await.then_some(())
     })
     .await;
     let handover = started.elapsed();
@@ -507,10 +487,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_leading_and_fails_liveness_u
         &[],
     );
     agent.wait_ready().await;
-    eventually(Duration::from_secs(60), "the agent leads", || async {
-        leads(&agent).await.then_some(())
-    })
-    .await;
+    agent.wait_leading(60).await;
     let healthz = format!("{}/healthz", agent.url);
     assert!(
         reqwest::get(&healthz)
@@ -526,7 +503,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_leading_and_fails_liveness_u
     eventually(
         Duration::from_secs(20),
         "the agent stops leading",
-        || async { (!leads(&agent).await).then_some(()) },
+        || async { (!agent.leads().await).then_some(()) },
     )
     .await;
     let reason = eventually(Duration::from_secs(30), "/healthz fails", || async {
@@ -546,7 +523,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_leading_and_fails_liveness_u
         "the agent leads and is live again",
         || async {
             let live = reqwest::get(&healthz).await.ok()?.status().is_success();
-            (live && leads(&agent).await).then_some(())
+            (live && agent.leads().await).then_some(())
         },
     )
     .await;

@@ -1042,14 +1042,7 @@ fn a_pod_whose_spec_cannot_be_read_costs_only_that_pod() {
         }
     }
     let catalog = tailor::catalog::Catalog::builtin().expect("catalog");
-    let types = |settings: &tailor::model::NodeSettings| {
-        let mut o = tailor::catalog::CatalogOptions::for_region("eastus");
-        o.node = settings.clone();
-        catalog
-            .instance_types(&o)
-            .map(Into::into)
-            .map_err(|e| e.to_string())
-    };
+    let types = support::eastus_types(&catalog);
     // Read strictly, the first such pod fails the input, named with its field and value.
     let err = Input::from_snapshot(&snapshot, &types)
         .expect_err("an unreadable pod fails the strict reading")
@@ -1207,14 +1200,7 @@ fn a_snapshot_whose_pods_are_taken_plans_as_one_read_in_place_and_gives_its_pods
     let mut snapshot = tailor::state::Snapshot::from_yaml("scenario.yaml", &yaml).expect("parses");
     assert_eq!(snapshot.pods.len(), 120 + 9012);
     let catalog = tailor::catalog::Catalog::builtin().expect("built-in catalog");
-    let types = |settings: &tailor::model::NodeSettings| {
-        let mut o = tailor::catalog::CatalogOptions::for_region("eastus");
-        o.node = settings.clone();
-        catalog
-            .instance_types(&o)
-            .map(Into::into)
-            .map_err(|e| e.to_string())
-    };
+    let types = support::eastus_types(&catalog);
     let taken = Input::from_snapshot_taking_pods(&mut snapshot, &types).expect("input builds");
     assert!(snapshot.pods.is_empty(), "the pods were handed over");
     assert_eq!(taken.pending.len(), 9012);

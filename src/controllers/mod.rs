@@ -306,13 +306,22 @@ impl<C: CloudProvider> Context<C> {
     }
 }
 
+/// A mode annotation's value: `recommend` or `autonomous`; `None` for anything else.
+fn annotated_mode(value: &str) -> Option<Mode> {
+    match value {
+        "recommend" => Some(Mode::RecommendOnly),
+        "autonomous" => Some(Mode::Autonomous),
+        _ => None,
+    }
+}
+
 /// The mode for a NodePool: its `tailor.sh/mode` annotation (`recommend` or `autonomous`),
-/// else `global`. An unknown value keeps the pool in recommend-only mode, the safe side.
+/// else `global`. An unknown value keeps the pool in recommend-only mode, the safe side
+/// ([`mode_problem`] names it).
 pub fn mode_for(global: Mode, pool: Option<&NodePool>) -> Mode {
     match pool.and_then(|p| p.annotations().get(labels::MODE_ANNOTATION)) {
         None => global,
-        Some(v) if v == "autonomous" => Mode::Autonomous,
-        Some(_) => Mode::RecommendOnly,
+        Some(v) => annotated_mode(v).unwrap_or(Mode::RecommendOnly),
     }
 }
 
@@ -324,7 +333,7 @@ pub fn mode_problem(pool: &NodePool) -> Option<String> {
         .into_iter()
         .find_map(|key| {
             let value = pool.annotations().get(key)?;
-            (value != "recommend" && value != "autonomous").then(|| {
+            annotated_mode(value).is_none().then(|| {
                 format!(
                     "nodepool {}: annotation {key}: {value:?} is neither \"recommend\" nor \"autonomous\"; the pool stays recommend-only",
                     pool.name_any()
@@ -340,8 +349,7 @@ pub fn mode_problem(pool: &NodePool) -> Option<String> {
 pub fn disruption_mode_for(global: Mode, pool: Option<&NodePool>) -> Mode {
     match pool.and_then(|p| p.annotations().get(labels::DISRUPTION_MODE_ANNOTATION)) {
         None => mode_for(global, pool),
-        Some(v) if v == "autonomous" => Mode::Autonomous,
-        Some(_) => Mode::RecommendOnly,
+        Some(v) => annotated_mode(v).unwrap_or(Mode::RecommendOnly),
     }
 }
 

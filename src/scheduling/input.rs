@@ -20,6 +20,15 @@ use crate::model::{
 };
 use crate::state::Snapshot;
 
+/// The input, or the first pod that could not be read: a plan of a whole snapshot needs
+/// every pod.
+fn refuse_unreadable((input, unreadable): (Input, Vec<PodError>)) -> Result<Input, InputError> {
+    match unreadable.into_iter().next() {
+        Some(e) => Err(InputError::Pod(e)),
+        None => Ok(input),
+    }
+}
+
 /// The fewest pods one core reads on its own when a snapshot's pods are read on every
 /// core: below this, handing pods to another core costs more than it saves.
 const PODS_PER_RUN: usize = 512;
@@ -348,11 +357,10 @@ impl Input {
         snapshot: &Snapshot,
         instance_types: &dyn Fn(&NodeSettings) -> Result<PoolTypes, String>,
     ) -> Result<Self, InputError> {
-        let (input, unreadable) = Self::from_snapshot_reading_around(snapshot, instance_types)?;
-        match unreadable.into_iter().next() {
-            Some(e) => Err(InputError::Pod(e)),
-            None => Ok(input),
-        }
+        refuse_unreadable(Self::from_snapshot_reading_around(
+            snapshot,
+            instance_types,
+        )?)
     }
 
     /// Like [`Input::from_snapshot`], but a pod whose spec cannot be read (a constraint
@@ -394,16 +402,12 @@ impl Input {
         instance_types: &dyn Fn(&NodeSettings) -> Result<PoolTypes, String>,
     ) -> Result<Self, InputError> {
         let pods = std::mem::take(&mut snapshot.pods);
-        let (input, unreadable) = Self::build(
+        refuse_unreadable(Self::build(
             snapshot,
             pods.into_iter(),
             instance_types,
             &mut PodMemo::default(),
-        )?;
-        match unreadable.into_iter().next() {
-            Some(e) => Err(InputError::Pod(e)),
-            None => Ok(input),
-        }
+        )?)
     }
 
     /// Builds the input from `snapshot`'s objects and `pods` (the snapshot's, in order),

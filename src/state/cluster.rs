@@ -89,20 +89,9 @@ pub fn unreachable_cause(e: &kube::Error) -> String {
         };
         return format!("{words}: {} {}", status.code, status.message);
     }
-    let mut chain = vec![e.to_string()];
-    let mut kind = None;
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            kind = kind.or(Some(io.kind()));
-        }
-        let message = s.to_string();
-        if !chain.iter().any(|m| m.contains(&message)) {
-            chain.push(message);
-        }
-        source = s.source();
-    }
-    let text = chain.join(": ");
+    let text = crate::telemetry::error_chain(e);
+    let kind = std::iter::successors(std::error::Error::source(e), |s| s.source())
+        .find_map(|s| s.downcast_ref::<std::io::Error>().map(std::io::Error::kind));
     let lower = text.to_lowercase();
     let words = match kind {
         Some(std::io::ErrorKind::ConnectionRefused) => "connection refused",

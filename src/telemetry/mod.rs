@@ -77,6 +77,22 @@ pub struct Telemetry {
     tracer_provider: Option<SdkTracerProvider>,
 }
 
+/// An error and its causes, one line, each cause once (for logs and error messages: an
+/// outer message alone often says only "client error").
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 fn resource() -> Resource {
     Resource::builder()
         .with_service_name("tailor")

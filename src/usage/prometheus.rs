@@ -135,21 +135,6 @@ pub struct AzureAuth {
     pub scope: String,
 }
 
-/// An error and its causes, one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
 /// Which series a query reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Metric {
@@ -660,7 +645,7 @@ impl PrometheusSource {
                         format!(
                             "no Azure token for {} to query {url}: {}",
                             azure.scope,
-                            error_chain(&e)
+                            crate::telemetry::error_chain(&e)
                         ),
                     )
                 })?;

@@ -664,6 +664,29 @@ impl Agent {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// Whether `/metrics` says this agent leads (false when it does not answer).
+    #[allow(dead_code)] // not every test binary watches leadership
+    pub async fn leads(&self) -> bool {
+        let Ok(answer) = reqwest::get(format!("{}/metrics", self.url)).await else {
+            return false;
+        };
+        answer
+            .text()
+            .await
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["tailor_leader", "1"])
+    }
+
+    /// Waits until this agent leads.
+    #[allow(dead_code)] // not every test binary watches leadership
+    pub async fn wait_leading(&self, secs: u64) {
+        eventually(Duration::from_secs(secs), "the agent leads", || async {
+            self.leads().await.then_some(())
+        })
+        .await;
+    }
+
     /// Waits until `/readyz` answers 200.
     pub async fn wait_ready(&self) {
         let url = format!("{}/readyz", self.url);
