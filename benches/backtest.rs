@@ -1,27 +1,33 @@
 //! Right-sizing backtest, as a program: `cargo bench --bench backtest`.
 //!
 //! For every trace shape, containers are generated with 14 days of one-minute samples;
-//! each algorithm trains on days 1-7 and is scored on days 8-14 with the neutral scoring
-//! of `rightsizing::backtest` (CPU waste and starvation against the demand, memory waste,
-//! memory risk per five-minute window). VPA and KRR are independent reimplementations
-//! (`rightsizing::baselines`). Containers come in two sets from disjoint seeds: a tuning
-//! set (the one Tailor's defaults were chosen on) and a held-out set never used for
-//! tuning; both are reported, per shape and overall, with the targets: CPU and memory
-//! waste each at most 0.70x VPA's, memory risk no higher than VPA's, CPU starvation no
-//! higher than KRR's. Without `--bench` (as `cargo test --all-targets` runs it) it does a
-//! small smoke run.
+//! each recommender trains on days 1-7 and is scored on days 8-14 with the neutral scoring
+//! of `rightsizing::backtest`: CPU waste, short minutes (demand above the request), severe
+//! starvation (five-minute windows averaging above twice the request), throttle risk
+//! (demand above the recommended CPU limit), memory waste, memory risk (working set above
+//! the request) and OOM risk (above the limit), pooled and per container. Containers come
+//! in sets from disjoint seeds: a tuning set (the one Tailor's defaults were chosen on) and
+//! held-out sets never used for tuning; each set is one cluster, and all are reported.
 //!
-//! The backtest runs twice: on the raw samples in memory, and on the real path — the
-//! training days written as OpenMetrics (CPU usage, working set, and the CFS throttling
-//! counters of CPU-limited containers), backfilled into a real Prometheus with promtool,
-//! and read back through the Prometheus usage source exactly as `tailor recommend` reads
-//! them (5-minute CPU rates by default, `--prometheus-step` seconds otherwise; hourly
-//! memory peaks). VPA and KRR read the CPU usage rate at the same step, as they would in
-//! a cluster: the throttling counters are Tailor's alone. Scoring always uses the raw
-//! samples.
+//! The baseline is the real VPA recommender (`scripts/vpa`, v1.8.1), run against a real
+//! Prometheus holding the training days (backfilled with promtool, as cadvisor would have
+//! written them) and Deployments on the real test control plane, one per container, with
+//! VerticalPodAutoscalers in `Off` mode (`common/vpa.rs`); it is run at its default CPU
+//! target percentile (p90) and at lower ones, so Tailor's CPU waste can also be compared at
+//! equal short minutes. Tailor reads the same days through its Prometheus usage source,
+//! exactly as `tailor recommend` does. Rows: `tailor` (the default, Balanced profile),
+//! `cost-1st` (the CostFirst profile), `alone` (the default with every container its own
+//! policy: nothing pooled), `phase` (the default with `cpu.coverRunningPhase`), `vpa` (the real one), `vpa-sim` (an in-house reimplementation
+//! of VPA's defaults) and `krr` (KRR's simple strategy). Ratios are to the real VPA.
+//!
+//! `--in-memory` (and the tuning aids `--sweep`) train on the raw samples in memory
+//! instead, with ratios to `vpa-sim`; without `--bench` (as `cargo test --benches` would
+//! run it) a small in-memory run.
 
 #[path = "../tests/support/prometheus.rs"]
 mod prometheus_server;
+#[path = "common/vpa.rs"]
+mod vpa;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -104,21 +110,52 @@ struct Container {
     test: (Series, Series),
 }
 
-type Table = BTreeMap<(Set, Shape, Algorithm), Score>;
+/// A recommender in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Row {
+    /// Tailor's default policy (the Balanced profile), containers of a set sized together.
+    Tailor,
+    /// The CostFirst profile.
+    CostFirst,
+    /// The default policy with every container sized alone (nothing pooled).
+    Alone,
+    /// The default policy with the running-phase floor (`cpu.coverRunningPhase`): what
+    /// covering a batch worker's runs costs.
+    Phase,
+    /// The real VPA recommender at its default CPU percentile.
+    Vpa,
+    /// The in-house reimplementation of VPA's defaults.
+    VpaSim,
+    /// KRR's simple strategy.
+    Krr,
+}
+
+impl Row {
+    fn name(self) -> &'static str {
+        match self {
+            Row::Tailor => "tailor",
+            Row::CostFirst => "cost-1st",
+            Row::Alone => "alone",
+            Row::Phase => "phase",
+            Row::Vpa => "vpa",
+            Row::VpaSim => "vpa-sim",
+            Row::Krr => "krr",
+        }
+    }
+}
+
+/// Per container (in order), per row: the score.
+type Scores = Vec<BTreeMap<Row, Score>>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
-    // Tuning aids, for the tuning set only: `--tailor-cpu P,MARGIN` trains Tailor with
-    // another CPU percentile and margin than its defaults, `--starvation-budget B` with
-    // another CPU starvation budget, `--burst-headroom H|off` with another burst guard
-    // headroom (or none), `--half-life S` with another sample half-life,
-    // `--memory-trend` with rising memory peaks projected;
-    // `--sweep` prints the trade-off over a grid of them on the tuning set and stops.
-    // An analysis aid, for all sets: `--oracle-demand` trains all three recommenders on the
-    // demand itself instead of the usage capped by a CPU limit (and no throttling
-    // counters), in memory only, which shows how much of a CPU-limited container's figures come from what
-    // its usage hides rather than from the recommender.
+    // Tuning aids, for the tuning set only: `--starvation-budget B` trains Tailor with
+    // another fleet budget, `--short-cap C` with another per-container short-minute cap,
+    // `--severe-cap C` another severe cap, `--burst-headroom H|off` another burst guard
+    // headroom (or none), `--half-life S` another sample half-life, `--running-phase`
+    // with the running-phase floor; `--sweep` prints the
+    // trade-off over a grid on the tuning set and stops.
     let value = |flag: &str| {
         args.iter()
             .position(|a| a == flag)
@@ -126,16 +163,14 @@ fn main() {
             .cloned()
     };
     let mut policy = Policy::default();
-    let mut tuned = false;
-    if let Some(v) = value("--tailor-cpu") {
-        let (p, m) = v.split_once(',').expect("--tailor-cpu P,MARGIN");
-        policy.cpu_percentiles.0 = p.parse().expect("a percentile");
-        policy.cpu_margin = m.parse().expect("a margin");
-        tuned = true;
-    }
     if let Some(v) = value("--starvation-budget") {
         policy.cpu_starvation_budget = v.parse().expect("a share");
-        tuned = true;
+    }
+    if let Some(v) = value("--short-cap") {
+        policy.cpu_short_cap = v.parse().expect("a share");
+    }
+    if let Some(v) = value("--severe-cap") {
+        policy.cpu_severe_cap = v.parse().expect("a share");
     }
     if let Some(v) = value("--burst-headroom") {
         policy.cpu_burst = match v.as_str() {
@@ -144,39 +179,38 @@ fn main() {
                 .cpu_burst
                 .map(|(p, _)| (p, h.parse().expect("a headroom or off"))),
         };
-        tuned = true;
     }
     if let Some(v) = value("--half-life") {
         policy.half_life = v.parse().expect("seconds");
-        tuned = true;
     }
-    if args.iter().any(|a| a == "--memory-trend") {
-        policy.memory_trend = true;
-        tuned = true;
+    if args.iter().any(|a| a == "--running-phase") {
+        policy.cpu_running_phase = true;
     }
-    let tailor_policy = if tuned { policy } else { Policy::default() };
+    let tuned = policy != Policy::default();
     let sweep = args.iter().any(|a| a == "--sweep");
-    let oracle = args.iter().any(|a| a == "--oracle-demand");
-    let in_memory_only = sweep || oracle || args.iter().any(|a| a == "--in-memory");
+    let in_memory_only = !full || sweep || args.iter().any(|a| a == "--in-memory");
     // The CPU step of the read through Prometheus (`tailor recommend --step`).
     let prometheus_step: i64 = value("--prometheus-step")
         .map(|v| v.parse().expect("--prometheus-step: seconds"))
-        .unwrap_or(300);
-    let (per_set, days, step) = if full {
-        (10u64, 14u32, 60i64)
-    } else {
-        (1, 4, 300)
-    };
+        .unwrap_or(tailor::rightsizing::service::DEFAULT_STEP_SECONDS);
+    let per_set: u64 = value("--per-set")
+        .map(|v| v.parse().expect("--per-set: containers per shape and set"))
+        .unwrap_or(if full { 10 } else { 1 });
+    let (days, step) = if full { (14u32, 60i64) } else { (4, 300) };
     let train_days = days / 2;
     let start = 1_790_000_000i64;
     let split = start + i64::from(train_days) * 86_400;
-    let sets: &[Set] = if sweep { &[Set::Tuning] } else { &SETS };
+    let sets: &[Set] = if sweep || tuned {
+        &[Set::Tuning]
+    } else {
+        &SETS
+    };
     let mut containers = Vec::new();
     for &set in sets {
         for shape in Shape::ALL {
             for i in 0..per_set {
                 let trace = generate(shape, set.seed(shape, i), start, days, step);
-                containers.push(split_trace(set, shape, i, trace, split, oracle));
+                containers.push(split_trace(set, shape, i, trace, split));
             }
         }
     }
@@ -184,30 +218,55 @@ fn main() {
         sweep_tuning(&containers, split, step);
         return;
     }
-    let mut table = Table::new();
-    let tailor = fleets(&containers, &tailor_policy, split, seen);
-    for (c, tailor) in containers.iter().zip(&tailor) {
-        for alg in Algorithm::ALL {
-            let rec = match alg {
-                Algorithm::Tailor => *tailor,
-                _ => train(alg, seen(c), split),
-            };
-            table
-                .entry((c.set, c.shape, alg))
-                .or_default()
-                .add(&score(rec, observed(c), step));
-        }
+    let cost_first = Policy::from_spec(&tailor::apis::RightsizingPolicySpec {
+        profile: tailor::apis::Profile::CostFirst,
+        ..Default::default()
+    })
+    .expect("the cost-first profile");
+    let mut recs: Vec<BTreeMap<Row, Sized>> = vec![BTreeMap::new(); containers.len()];
+    put(
+        &mut recs,
+        Row::Tailor,
+        fleets(&containers, &policy, split, seen),
+    );
+    put(
+        &mut recs,
+        Row::CostFirst,
+        fleets(&containers, &cost_first, split, seen),
+    );
+    put(
+        &mut recs,
+        Row::Alone,
+        alone(&containers, &policy, split, seen),
+    );
+    let phase = Policy {
+        cpu_running_phase: true,
+        ..policy.clone()
+    };
+    put(
+        &mut recs,
+        Row::Phase,
+        fleets(&containers, &phase, split, seen),
+    );
+    for (c, r) in containers.iter().zip(&mut recs) {
+        r.insert(Row::VpaSim, train(Algorithm::Vpa, seen(c), split));
+        r.insert(Row::Krr, train(Algorithm::Krr, seen(c), split));
     }
     println!(
-        "== backtest in memory (raw one-minute samples): {per_set} containers per shape and set, {days} days at {step}s, train days 1-{train_days}, score days {}-{days} ==",
+        "== backtest in memory (raw samples): {per_set} containers per shape and set, {days} days at {step}s, train days 1-{train_days}, score days {}-{days}; ratios to the in-house VPA reimplementation ==",
         train_days + 1
     );
-    report(&table);
+    report(
+        &containers,
+        &scores(&containers, &recs, step),
+        Row::VpaSim,
+        &[],
+    );
     if in_memory_only {
         return;
     }
 
-    // The same, trained on what Prometheus returns.
+    // The same, trained on what Prometheus returns, against the real VPA.
     let om = openmetrics(&containers, split, step);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -229,8 +288,8 @@ fn main() {
             })
             .await
             .expect("usage reads back");
-        // What VPA and KRR read: the usage rate alone, capped by a CPU limit, at the
-        // same step and window.
+        // What KRR and the reimplemented VPA read: the usage rate alone, capped by a CPU
+        // limit, at the same step and window.
         let plain = source
             .query_range(
                 &format!(
@@ -250,6 +309,13 @@ fn main() {
         (usage, plain)
     });
     drop(om);
+    let read_secs = began.elapsed().as_secs_f64();
+    // The real VPA, at its default CPU percentile and lower ones.
+    let percentiles = [0.9, 0.8, 0.7, 0.6];
+    let began = std::time::Instant::now();
+    let inputs: Vec<vpa::VpaInput> = containers.iter().map(vpa_input).collect();
+    let real = runtime.block_on(vpa::recommend(&inputs, split, &percentiles));
+    let vpa_secs = began.elapsed().as_secs_f64();
     // Tailor's CPU read is already the demand estimated from the throttling counters; the
     // baselines read the usage rate, as they do in a cluster.
     let read_back = |c: &Container| {
@@ -267,12 +333,32 @@ fn main() {
             memory: &read.memory,
             throttled: &[],
             requests: c.trace.requests,
+            limits: (c.trace.cpu_limit, None),
             memory_interval: Some(read.memory_interval),
         }
     };
-    let mut table = Table::new();
-    let tailor = fleets(&containers, &tailor_policy, split, read_back);
-    for (c, tailor) in containers.iter().zip(&tailor) {
+    let mut recs: Vec<BTreeMap<Row, Sized>> = vec![BTreeMap::new(); containers.len()];
+    put(
+        &mut recs,
+        Row::Tailor,
+        fleets(&containers, &policy, split, read_back),
+    );
+    put(
+        &mut recs,
+        Row::CostFirst,
+        fleets(&containers, &cost_first, split, read_back),
+    );
+    put(
+        &mut recs,
+        Row::Alone,
+        alone(&containers, &policy, split, read_back),
+    );
+    put(
+        &mut recs,
+        Row::Phase,
+        fleets(&containers, &phase, split, read_back),
+    );
+    for (k, (c, r)) in containers.iter().zip(&mut recs).enumerate() {
         let seen = read_back(c);
         let usage_rate = Samples {
             cpu: plain.get(&c.pod).map_or(&[][..], Vec::as_slice),
@@ -283,35 +369,77 @@ fn main() {
             "{}: no usage rate read back",
             c.pod
         );
-        for alg in Algorithm::ALL {
-            let rec = match alg {
-                Algorithm::Tailor => *tailor,
-                _ => train(alg, usage_rate, split),
-            };
-            table
-                .entry((c.set, c.shape, alg))
+        r.insert(Row::VpaSim, train(Algorithm::Vpa, usage_rate, split));
+        r.insert(Row::Krr, train(Algorithm::Krr, usage_rate, split));
+        let target = real[0][k].target;
+        r.insert(
+            Row::Vpa,
+            Sized::requests(target.0, target.1)
+                .keeping_limit_ratio(c.trace.requests, (c.trace.cpu_limit, None)),
+        );
+    }
+    // The real VPA's pooled CPU figures at each percentile, per set: (short minutes, waste).
+    let mut curve: BTreeMap<Set, Vec<(f64, f64)>> = BTreeMap::new();
+    for outputs in &real {
+        let mut pooled: BTreeMap<Set, Score> = BTreeMap::new();
+        for (c, o) in containers.iter().zip(outputs) {
+            let rec = Sized::requests(o.target.0, o.target.1);
+            pooled
+                .entry(c.set)
                 .or_default()
                 .add(&score(rec, observed(c), step));
         }
+        for (set, s) in pooled {
+            curve
+                .entry(set)
+                .or_default()
+                .push((s.short_minutes(), s.waste_core_hours));
+        }
     }
     println!(
-        "\n== backtest through Prometheus: training days backfilled with promtool and read back with the Prometheus usage source at a {prometheus_step}s step ({} queries, {:.1}s including backfill; the baselines read the CPU usage rate at the same step) ==",
+        "\n== backtest through Prometheus against the real VPA recommender (v1.8.1): the training days backfilled with promtool; Tailor reads them with its Prometheus usage source at a {prometheus_step}s step ({} queries, {read_secs:.1}s including backfill); the real VPA reads its own copy at a 1-minute resolution, run at CPU target percentiles {percentiles:?} ({vpa_secs:.0}s) ==",
         usage.queries,
-        began.elapsed().as_secs_f64()
     );
-    report(&table);
+    let curves: Vec<(Set, Vec<(f64, f64)>)> = curve.into_iter().collect();
+    report(
+        &containers,
+        &scores(&containers, &recs, step),
+        Row::Vpa,
+        &curves,
+    );
 }
 
-/// Splits a trace into training and scored samples; with `oracle`, training sees the
-/// demand instead of the usage (and no throttling counters).
-fn split_trace(
-    set: Set,
-    shape: Shape,
-    i: u64,
-    trace: Trace,
-    split: i64,
-    oracle: bool,
-) -> Container {
+fn put(recs: &mut [BTreeMap<Row, Sized>], row: Row, sized: Vec<Sized>) {
+    for (r, s) in recs.iter_mut().zip(sized) {
+        r.insert(row, s);
+    }
+}
+
+fn scores(containers: &[Container], recs: &[BTreeMap<Row, Sized>], step: i64) -> Scores {
+    containers
+        .iter()
+        .zip(recs)
+        .map(|(c, r)| {
+            r.iter()
+                .map(|(row, rec)| (*row, score(*rec, observed(c), step)))
+                .collect()
+        })
+        .collect()
+}
+
+/// What the real VPA is given of a container: its training days and deployment.
+fn vpa_input(c: &Container) -> vpa::VpaInput<'_> {
+    vpa::VpaInput {
+        name: c.pod.clone(),
+        cpu: &c.train.0,
+        memory: &c.train.1,
+        requests: c.trace.requests,
+        cpu_limit: c.trace.cpu_limit,
+    }
+}
+
+/// Splits a trace into training and scored samples.
+fn split_trace(set: Set, shape: Shape, i: u64, trace: Trace, split: i64) -> Container {
     let mut train = (Vec::new(), Vec::new(), Vec::new());
     let mut test = (Vec::new(), Vec::new());
     for k in 0..trace.cpu.len() {
@@ -320,14 +448,9 @@ fn split_trace(
         }
         let t = trace.time(k);
         if t < split {
-            let seen = if oracle {
-                trace.demand[k]
-            } else {
-                trace.cpu[k]
-            };
-            train.0.push((t, seen));
+            train.0.push((t, trace.cpu[k]));
             train.1.push((t, trace.memory[k]));
-            if let Some(th) = trace.throttled.as_ref().filter(|_| !oracle) {
+            if let Some(th) = trace.throttled.as_ref() {
                 train.2.push((t, th[k]));
             }
         } else {
@@ -351,7 +474,6 @@ fn observed(c: &Container) -> Observed<'_> {
         memory: &c.test.1,
     }
 }
-
 /// The training days of every container as OpenMetrics text: CPU usage and the CFS
 /// period counters as the cumulative counters cadvisor exports, memory as the working-set
 /// gauge. A CronJob's series have no samples between its runs.
@@ -420,84 +542,165 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-/// Prints, per set, the table per shape and overall, and the targets.
-fn report(table: &Table) {
+fn pct(x: f64) -> String {
+    format!("{:.2}%", 100.0 * x)
+}
+
+/// The baseline's CPU waste at `short` short minutes, interpolated on its curve of
+/// (short minutes, waste) over CPU percentiles; `None` outside the curve.
+fn waste_at(curve: &[(f64, f64)], short: f64) -> Option<f64> {
+    let mut points = curve.to_vec();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points.windows(2).find_map(|w| {
+        let ((s0, w0), (s1, w1)) = (w[0], w[1]);
+        (short >= s0 && short <= s1 && s1 > s0).then(|| w0 + (w1 - w0) * (short - s0) / (s1 - s0))
+    })
+}
+
+/// Prints, per set, the table per shape and overall, the per-container safety check and
+/// the targets, with ratios to `base`; `curves` are the real VPA's (short minutes, CPU
+/// waste) over its CPU percentiles, per set, for the comparison at equal short minutes.
+fn report(containers: &[Container], scores: &Scores, base: Row, curves: &[(Set, Vec<(f64, f64)>)]) {
     for set in SETS {
-        println!(
-            "\n-- {} set --\n{:<18} {:<7} {:>12} {:>12} {:>10} {:>10}   {:>9} {:>9}",
-            set.name(),
-            "shape",
-            "algo",
-            "cpu waste c-h",
-            "mem waste GiB-h",
-            "mem risk",
-            "starved",
-            "cpu/vpa",
-            "mem/vpa"
-        );
-        if !table.keys().any(|k| k.0 == set) {
+        let members: Vec<usize> = (0..containers.len())
+            .filter(|i| containers[*i].set == set)
+            .collect();
+        if members.is_empty() {
             continue;
         }
-        let mut overall: BTreeMap<Algorithm, Score> = BTreeMap::new();
-        for shape in Shape::ALL {
-            let vpa = table
-                .get(&(set, shape, Algorithm::Vpa))
-                .copied()
-                .unwrap_or_default();
-            for alg in Algorithm::ALL {
-                let Some(s) = table.get(&(set, shape, alg)) else {
-                    continue;
-                };
-                println!(
-                    "{:<18} {:<7} {:>12.1} {:>12.1} {:>9.3}% {:>9.3}%   {:>9} {:>9}",
-                    shape.name(),
-                    alg.name(),
-                    s.waste_core_hours,
-                    s.waste_gib_hours,
-                    100.0 * s.memory_risk(),
-                    100.0 * s.starvation(),
-                    ratio(s.waste_core_hours, vpa.waste_core_hours),
-                    ratio(s.waste_gib_hours, vpa.waste_gib_hours),
-                );
-                overall.entry(alg).or_default().add(s);
-            }
-        }
-        for (alg, s) in &overall {
+        println!(
+            "\n-- {} set ({} containers) --\n{:<18} {:<8} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7}  {:>6} {:>6}",
+            set.name(),
+            members.len(),
+            "shape",
+            "row",
+            "cpu c-h",
+            "mem GiB-h",
+            "short",
+            "severe",
+            "thrott",
+            "memrisk",
+            "oom",
+            "cpu/b",
+            "mem/b"
+        );
+        let line = |label: &str, row: Row, s: &Score, b: &Score| {
             println!(
-                "{:<18} {:<7} {:>12.1} {:>12.1} {:>9.3}% {:>9.3}%   {:>9} {:>9}",
-                "overall",
-                alg.name(),
+                "{:<18} {:<8} {:>9.1} {:>9.1} {:>7} {:>7} {:>7} {:>7} {:>7}  {:>6} {:>6}",
+                label,
+                row.name(),
                 s.waste_core_hours,
                 s.waste_gib_hours,
-                100.0 * s.memory_risk(),
-                100.0 * s.starvation(),
-                ratio(
-                    s.waste_core_hours,
-                    overall[&Algorithm::Vpa].waste_core_hours
-                ),
-                ratio(s.waste_gib_hours, overall[&Algorithm::Vpa].waste_gib_hours),
+                pct(s.short_minutes()),
+                pct(s.severe()),
+                pct(s.throttle_risk()),
+                pct(s.memory_risk()),
+                pct(s.oom_risk()),
+                ratio(s.waste_core_hours, b.waste_core_hours),
+                ratio(s.waste_gib_hours, b.waste_gib_hours),
+            );
+        };
+        let mut overall: BTreeMap<Row, Score> = BTreeMap::new();
+        for shape in Shape::ALL {
+            let mut by_row: BTreeMap<Row, Score> = BTreeMap::new();
+            for &i in members.iter().filter(|i| containers[**i].shape == shape) {
+                for (row, s) in &scores[i] {
+                    by_row.entry(*row).or_default().add(s);
+                    overall.entry(*row).or_default().add(s);
+                }
+            }
+            let b = by_row.get(&base).copied().unwrap_or_default();
+            for (row, s) in &by_row {
+                line(shape.name(), *row, s, &b);
+            }
+        }
+        let b = overall.get(&base).copied().unwrap_or_default();
+        for (row, s) in &overall {
+            line("overall", *row, s, &b);
+        }
+        // Every container on its own: short minutes at most max(baseline + 1 point, 5%),
+        // severe starvation at most the baseline's.
+        let mut unsafe_short = Vec::new();
+        let mut unsafe_severe = 0usize;
+        for &i in &members {
+            let (Some(t), Some(v)) = (scores[i].get(&Row::Tailor), scores[i].get(&base)) else {
+                continue;
+            };
+            if t.short_minutes() > (v.short_minutes() + 0.01).max(0.05) {
+                unsafe_short.push((t.short_minutes() - v.short_minutes(), i));
+            }
+            unsafe_severe += usize::from(t.severe() > v.severe());
+        }
+        unsafe_short.sort_by(|a, b| b.0.total_cmp(&a.0));
+        for (_, i) in unsafe_short.iter().take(5) {
+            let (t, v) = (scores[*i][&Row::Tailor], scores[*i][&base]);
+            println!(
+                "  short on {}: {} against {}'s {} (severe {} against {})",
+                containers[*i].pod,
+                pct(t.short_minutes()),
+                base.name(),
+                pct(v.short_minutes()),
+                pct(t.severe()),
+                pct(v.severe())
             );
         }
-        let (t, v, k) = (
-            overall[&Algorithm::Tailor],
-            overall[&Algorithm::Vpa],
-            overall[&Algorithm::Krr],
-        );
+        let t = overall[&Row::Tailor];
         let verdict = |ok: bool| if ok { "met" } else { "NOT MET" };
-        let cpu = t.waste_core_hours / v.waste_core_hours.max(1e-12);
-        let mem = t.waste_gib_hours / v.waste_gib_hours.max(1e-12);
+        let cpu = t.waste_core_hours / b.waste_core_hours.max(1e-12);
+        let mem = t.waste_gib_hours / b.waste_gib_hours.max(1e-12);
         println!(
-            "{} targets: CPU waste {cpu:.2}x VPA's (<= 0.70: {}), memory waste {mem:.2}x VPA's (<= 0.70: {}), memory risk {:.3}% vs VPA's {:.3}% ({}), CPU starvation {:.3}% vs KRR's {:.3}% ({})",
+            "{} targets against {}: CPU waste {cpu:.2}x (<= 0.80: {}), memory waste {mem:.2}x (<= 0.75: {}), short minutes {} vs {} ({}), severe {} vs {} ({}), memory risk {} vs {} ({}), throttle risk {} vs {} (+0.1 point: {}), containers short above max(baseline + 1 point, 5%): {} of {} ({}), severe above the baseline's: {} ({})",
             set.name(),
-            verdict(cpu <= 0.70),
-            verdict(mem <= 0.70),
-            100.0 * t.memory_risk(),
-            100.0 * v.memory_risk(),
-            verdict(t.memory_risk() <= v.memory_risk()),
-            100.0 * t.starvation(),
-            100.0 * k.starvation(),
-            verdict(t.starvation() <= k.starvation()),
+            base.name(),
+            verdict(cpu <= 0.80),
+            verdict(mem <= 0.75),
+            pct(t.short_minutes()),
+            pct(b.short_minutes()),
+            verdict(t.short_minutes() <= b.short_minutes()),
+            pct(t.severe()),
+            pct(b.severe()),
+            verdict(t.severe() <= b.severe()),
+            pct(t.memory_risk()),
+            pct(b.memory_risk()),
+            verdict(t.memory_risk() <= b.memory_risk()),
+            pct(t.throttle_risk()),
+            pct(b.throttle_risk()),
+            verdict(t.throttle_risk() <= b.throttle_risk() + 0.001),
+            unsafe_short.len(),
+            members.len(),
+            verdict(unsafe_short.is_empty()),
+            unsafe_severe,
+            verdict(unsafe_severe == 0),
         );
+        if let Some((_, curve)) = curves.iter().find(|(s, _)| *s == set) {
+            for row in [Row::Tailor, Row::Phase, Row::Alone] {
+                let s = overall[&row];
+                match waste_at(curve, s.short_minutes()) {
+                    Some(w) => println!(
+                        "{} {} at equal short minutes ({}): CPU waste {:.2}x the real VPA's{}",
+                        set.name(),
+                        row.name(),
+                        pct(s.short_minutes()),
+                        s.waste_core_hours / w,
+                        if row == Row::Alone {
+                            format!(" (<= 0.95: {})", verdict(s.waste_core_hours <= 0.95 * w))
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    None => println!(
+                        "{} {} short {} is outside the real VPA's curve {:?}",
+                        set.name(),
+                        row.name(),
+                        pct(s.short_minutes()),
+                        curve
+                            .iter()
+                            .map(|(sh, w)| format!("{} @ {w:.0} c-h", pct(*sh)))
+                            .collect::<Vec<_>>()
+                    ),
+                }
+            }
+        }
     }
 }
 
@@ -508,6 +711,7 @@ fn seen(c: &Container) -> Samples<'_> {
         memory: &c.train.1,
         throttled: &c.train.2,
         requests: c.trace.requests,
+        limits: (c.trace.cpu_limit, None),
         memory_interval: None,
     }
 }
@@ -520,13 +724,7 @@ fn fleets<'a>(
     split: i64,
     samples: impl Fn(&'a Container) -> Samples<'a>,
 ) -> Vec<Sized> {
-    let mut recs = vec![
-        Sized {
-            cpu: 0.0,
-            memory: 0.0
-        };
-        containers.len()
-    ];
+    let mut recs = vec![Sized::requests(0.0, 0.0); containers.len()];
     for set in SETS {
         let members: Vec<usize> = (0..containers.len())
             .filter(|i| containers[*i].set == set)
@@ -539,9 +737,23 @@ fn fleets<'a>(
     recs
 }
 
-/// Tailor's overall figures on the tuning set over a grid of CPU starvation budgets,
-/// percentile floors and burst headrooms, beside VPA's and KRR's: the trade-off curve the
-/// default budget was chosen from.
+/// Tailor's recommendation for every container sized on its own: a fleet of one, as with
+/// one policy per workload.
+fn alone<'a>(
+    containers: &'a [Container],
+    policy: &Policy,
+    split: i64,
+    samples: impl Fn(&'a Container) -> Samples<'a>,
+) -> Vec<Sized> {
+    containers
+        .iter()
+        .map(|c| train_fleet(policy, &[samples(c)], split)[0])
+        .collect()
+}
+
+/// Tailor's overall figures on the tuning set over a grid of fleet budgets and
+/// per-container short-minute and severe caps, beside the reimplemented VPA's and KRR's:
+/// the trade-off the Balanced profile's defaults were chosen from.
 fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
     let mut baselines: BTreeMap<Algorithm, Score> = BTreeMap::new();
     for c in containers {
@@ -553,29 +765,25 @@ fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
                 .add(&score(rec, observed(c), step));
         }
     }
-    let (vpa, krr) = (baselines[&Algorithm::Vpa], baselines[&Algorithm::Krr]);
+    let vpa = baselines[&Algorithm::Vpa];
     println!(
-        "== tuning set sweep: VPA memory risk {:.3}%, KRR starvation {:.3}% ==",
-        100.0 * vpa.memory_risk(),
-        100.0 * krr.starvation()
+        "== tuning set sweep: vpa-sim short {} severe {} memory risk {} ==",
+        pct(vpa.short_minutes()),
+        pct(vpa.severe()),
+        pct(vpa.memory_risk()),
     );
     println!(
-        "{:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}",
-        "budget", "floor", "burst", "cpu/vpa", "mem/vpa", "mem risk", "starved"
+        "{:>7} {:>6} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7}",
+        "budget", "cap", "severe", "cpu/vpa", "mem/vpa", "short", "severe", "thrott"
     );
-    for budget in [0.065, 0.07, 0.0725, 0.075] {
-        for floor in [0.5, 0.6, 0.7] {
-            for burst in [Some(2.0), Some(2.5), Some(3.0), None] {
-                let defaults = Policy::default();
+    for budget in [0.02, 0.03, 0.04] {
+        for cap in [0.03, 0.04] {
+            for severe in [0.005, 0.01, 0.02, 0.03] {
                 let policy = Policy {
                     cpu_starvation_budget: budget,
-                    cpu_percentiles: (
-                        floor,
-                        defaults.cpu_percentiles.1,
-                        defaults.cpu_percentiles.2,
-                    ),
-                    cpu_burst: burst.and_then(|h| defaults.cpu_burst.map(|(p, _)| (p, h))),
-                    ..defaults
+                    cpu_short_cap: cap,
+                    cpu_severe_cap: severe,
+                    ..Policy::default()
                 };
                 let mut total = Score::default();
                 let recs = fleets(containers, &policy, split, seen);
@@ -583,19 +791,12 @@ fn sweep_tuning(containers: &[Container], split: i64, step: i64) {
                     total.add(&score(rec, observed(c), step));
                 }
                 println!(
-                    "{budget:>7.3} {floor:>6.2} {:>6} {:>8.3}x {:>8.3}x {:>8.3}% {:>8.3}%{}",
-                    burst.map_or("off".to_string(), |h| format!("{h}")),
+                    "{budget:>7.3} {cap:>6.3} {severe:>7.4} {:>7.3}x {:>7.3}x {:>7} {:>7} {:>7}",
                     total.waste_core_hours / vpa.waste_core_hours,
                     total.waste_gib_hours / vpa.waste_gib_hours,
-                    100.0 * total.memory_risk(),
-                    100.0 * total.starvation(),
-                    if total.waste_core_hours <= 0.7 * vpa.waste_core_hours
-                        && total.starvation() <= krr.starvation()
-                    {
-                        "  both CPU targets"
-                    } else {
-                        ""
-                    }
+                    pct(total.short_minutes()),
+                    pct(total.severe()),
+                    pct(total.throttle_risk()),
                 );
             }
         }

@@ -45,8 +45,9 @@ pub use recommendation::{
     RecommendationStatus, RecommendationSummary, TargetReference,
 };
 pub use rightsizingpolicy::{
-    CpuPolicy, HpaPolicy, LimitsPolicy, MemoryPolicy, Mode, ResourceKind, RightsizingPolicy,
-    RightsizingPolicySpec, RightsizingPolicyStatus, UpdateMode, UpdatePolicy, WorkloadReference,
+    CpuPolicy, HpaPolicy, LimitsPolicy, MemoryPolicy, Mode, Profile, ResourceKind,
+    RightsizingPolicy, RightsizingPolicySpec, RightsizingPolicyStatus, UpdateMode, UpdatePolicy,
+    WorkloadReference,
 };
 
 /// Resource amounts by resource name (`cpu`, `memory`, `pods`, `nvidia.com/gpu`, ...), as in a

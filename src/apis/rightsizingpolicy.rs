@@ -105,6 +105,22 @@ pub enum LimitsPolicy {
     Remove,
 }
 
+/// How CPU savings are traded against short minutes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Profile {
+    /// Every container is safe on its own: its CPU request leaves at most a few percent of
+    /// its minutes short, never lets a five-minute window's demand reach twice the request
+    /// more than rarely, and covers a batch container's running phase. The policy's
+    /// containers share a small budget of short minutes above those floors.
+    #[default]
+    Balanced,
+    /// Cost first: the policy's containers share a larger budget of short minutes, spent
+    /// wherever it spares the most cores, with no per-container floor: a few containers
+    /// may run short often to pay for the fleet. Recommendations say what each container
+    /// trades.
+    CostFirst,
+}
+
 /// What Tailor does with workloads that a HorizontalPodAutoscaler scales on the same resource.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum HpaPolicy {
@@ -234,6 +250,14 @@ pub struct CpuPolicy {
     #[serde(default = "default_cpu_margin")]
     #[schemars(range(min = 0.0, max = 10.0))]
     pub safety_margin_fraction: f64,
+    /// Size a container with a sustained running phase (a batch worker idle most of the day,
+    /// working in runs of a quarter of an hour or more) for the median demand of its runs,
+    /// all day. Off by default: a worker busy a few percent of the day would reserve its
+    /// runs' cores around the clock; the short-minute floor of the `Balanced` profile
+    /// already covers runs that take more than a few percent of the minutes, and Jobs and
+    /// CronJobs, whose pods exist only while they run, are sized from their runs alone.
+    #[serde(default)]
+    pub cover_running_phase: bool,
 }
 
 fn default_burst_headroom() -> f64 {
@@ -252,6 +276,7 @@ impl Default for CpuPolicy {
             burst_max_raise: default_burst_max_raise(),
             burst_headroom: default_burst_headroom(),
             safety_margin_fraction: default_cpu_margin(),
+            cover_running_phase: false,
         }
     }
 }
@@ -391,6 +416,11 @@ pub struct RightsizingPolicySpec {
     /// Resources to right-size: `cpu`, `memory` or both.
     #[serde(default = "default_resources")]
     pub resources: Vec<ResourceKind>,
+    /// How CPU savings are traded against short minutes: `Balanced` (every container safe
+    /// on its own) or `CostFirst` (a fleet budget of short minutes, spent where it saves
+    /// the most).
+    #[serde(default)]
+    pub profile: Profile,
     /// How CPU requests are computed.
     #[serde(default)]
     pub cpu: CpuPolicy,
@@ -461,6 +491,7 @@ impl Default for RightsizingPolicySpec {
             target_refs: Vec::new(),
             mode: Mode::default(),
             resources: default_resources(),
+            profile: Profile::default(),
             cpu: CpuPolicy::default(),
             memory: MemoryPolicy::default(),
             history_window: default_history_window(),

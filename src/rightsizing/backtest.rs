@@ -1,19 +1,24 @@
 //! Backtesting recommenders: train on the first days of a trace, score the recommendation
 //! on the days after.
 //!
-//! The scoring is neutral: it uses no parameter of any recommender under test.
-//! - CPU waste: requested but not wanted core-hours, `(request - demand)+` per sample.
-//! - CPU starvation: the share of one-minute samples whose demand exceeds the request.
-//!   Demand is the usage, except for a container capped by its CPU limit, whose demand is
-//!   what it wanted (the generator knows it; a recommender sees only the capped usage and
-//!   the throttling counters).
-//! - Memory waste: requested but unused GiB-hours.
-//! - Memory risk: the share of five-minute windows whose highest working set exceeds the
-//!   request (a would-be OOM kill, or reclaim under pressure).
+//! The scoring is neutral: it uses no parameter of any recommender under test. Samples are
+//! one minute apart; demand is the usage, except for a container capped by its CPU limit,
+//! whose demand is what it wanted (the generator knows it; a recommender sees only the
+//! capped usage and the throttling counters).
+//! - CPU waste: `sum max(0, request - demand)` core-hours.
+//! - CPU short minutes: the share of one-minute samples whose demand exceeds the request.
+//! - Severe starvation: the share of five-minute windows whose mean demand exceeds twice
+//!   the request.
+//! - Throttle risk: the share of minutes whose demand exceeds the recommended CPU limit
+//!   (none without a limit).
+//! - Memory waste: `sum max(0, request - working set)` GiB-hours.
+//! - Memory risk: the share of minutes whose working set exceeds the request (reclaim under
+//!   pressure, or eviction); OOM risk: above the recommended memory limit (a kill).
 //!
-//! The baselines (VPA's defaults, KRR's simple strategy) are in [`super::baselines`] and
-//! share no code with Tailor's recommender. Scoring is pure; traces come from
-//! `sim::traces` or from any usage source.
+//! Every figure is kept per container and adds up over a fleet. The baselines (VPA's
+//! defaults, KRR's simple strategy) are in [`super::baselines`] and share no code with
+//! Tailor's recommender. Scoring is pure; traces come from `sim::traces` or from any usage
+//! source.
 
 use serde::Serialize;
 
@@ -22,8 +27,10 @@ use super::policy::Policy;
 use super::recommender::{ContainerHistory, Context, Requests, cpu_starvation_price, recommend};
 
 const GIB: f64 = (1u64 << 30) as f64;
-/// Memory risk is counted per window of this many seconds.
-pub const MEMORY_RISK_WINDOW: i64 = 300;
+/// Severe starvation is counted per window of this many seconds.
+pub const SEVERE_WINDOW: i64 = 300;
+/// A window is severely starved when its mean demand exceeds the request this many times.
+pub const SEVERE_FACTOR: f64 = 2.0;
 
 /// A recommender under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -62,6 +69,8 @@ pub struct Samples<'a> {
     pub throttled: &'a [(i64, f64)],
     /// The requests deployed (cores, bytes).
     pub requests: (f64, f64),
+    /// The limits deployed (cores, bytes), if any.
+    pub limits: (Option<f64>, Option<f64>),
     /// Seconds each memory sample covers when the samples are interval peaks (as read
     /// from Prometheus); `None` for raw samples.
     pub memory_interval: Option<i64>,
@@ -76,13 +85,46 @@ pub struct Observed<'a> {
     pub memory: &'a [(i64, f64)],
 }
 
-/// A recommendation: cores and bytes.
+/// A recommendation: requests and limits, in cores and bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sized {
-    /// Cores.
+    /// CPU request, cores.
     pub cpu: f64,
-    /// Bytes.
+    /// Memory request, bytes.
     pub memory: f64,
+    /// CPU limit, cores (none: unlimited).
+    pub cpu_limit: Option<f64>,
+    /// Memory limit, bytes (none: unlimited).
+    pub memory_limit: Option<f64>,
+}
+
+impl Sized {
+    /// Requests only, no limits.
+    pub fn requests(cpu: f64, memory: f64) -> Sized {
+        Sized {
+            cpu,
+            memory,
+            cpu_limit: None,
+            memory_limit: None,
+        }
+    }
+
+    /// The deployed limits scaled with the requests, as VPA's admission controller applies
+    /// a recommendation (limits keep their ratio to the requests).
+    pub fn keeping_limit_ratio(
+        self,
+        deployed: (f64, f64),
+        limits: (Option<f64>, Option<f64>),
+    ) -> Sized {
+        let scale = |limit: Option<f64>, old: f64, new: f64| {
+            limit.map(|l| if old > 0.0 { l * new / old } else { l })
+        };
+        Sized {
+            cpu_limit: scale(limits.0, deployed.0, self.cpu),
+            memory_limit: scale(limits.1, deployed.1, self.memory),
+            ..self
+        }
+    }
 }
 
 /// Trains `algorithm` on `train` and returns its recommendation at `now`.
@@ -92,7 +134,13 @@ pub fn train(algorithm: Algorithm, train: Samples<'_>, now: i64) -> Sized {
             let cpu: Vec<f64> = train.cpu.iter().map(|s| s.1).collect();
             let memory: Vec<f64> = train.memory.iter().map(|s| s.1).collect();
             let (cpu, memory) = krr(&cpu, &memory);
-            Sized { cpu, memory }
+            // KRR's simple strategy sets no CPU limit and the memory limit at the request.
+            Sized {
+                cpu,
+                memory,
+                cpu_limit: None,
+                memory_limit: Some(memory),
+            }
         }
         Algorithm::Vpa => {
             let mut vpa = Vpa::default();
@@ -103,7 +151,7 @@ pub fn train(algorithm: Algorithm, train: Samples<'_>, now: i64) -> Sized {
                 vpa.add_memory(*t, *v);
             }
             let (cpu, memory) = vpa.target();
-            Sized { cpu, memory }
+            Sized::requests(cpu, memory).keeping_limit_ratio(train.requests, train.limits)
         }
         Algorithm::Tailor => train_policy(&Policy::default(), train, now),
     }
@@ -113,7 +161,7 @@ pub fn train(algorithm: Algorithm, train: Samples<'_>, now: i64) -> Sized {
 /// returns the recommendation it reports at `now`.
 pub fn train_policy(policy: &Policy, train: Samples<'_>, now: i64) -> Sized {
     let h = history_of(policy, train);
-    recommend_from(&h, policy, train.requests, &Context::default(), now)
+    recommend_from(&h, policy, train, &Context::default(), now)
 }
 
 /// Trains Tailor's recommender with `policy` on a fleet of containers sized together (the
@@ -128,7 +176,7 @@ pub fn train_fleet(policy: &Policy, fleet: &[Samples<'_>], now: i64) -> Vec<Size
     histories
         .iter()
         .zip(fleet)
-        .map(|(h, s)| recommend_from(h, policy, s.requests, &context, now))
+        .map(|(h, s)| recommend_from(h, policy, *s, &context, now))
         .collect()
 }
 
@@ -153,24 +201,28 @@ pub fn history_of(policy: &Policy, train: Samples<'_>) -> ContainerHistory {
     h
 }
 
-/// Tailor's recommendation at `now` from a history, starting from the deployed requests.
+/// Tailor's recommendation at `now` from a history, starting from the deployed requests
+/// and limits of `train`.
 pub fn recommend_from(
     h: &ContainerHistory,
     policy: &Policy,
-    requests: (f64, f64),
+    train: Samples<'_>,
     context: &Context,
     now: i64,
 ) -> Sized {
+    let (requests, limits) = (train.requests, train.limits);
     let current = Requests {
         cpu: Some((requests.0 * 1000.0).ceil() as i64),
         memory: Some(requests.1.ceil() as i64),
-        cpu_limit: None,
-        memory_limit: None,
+        cpu_limit: limits.0.map(|l| (l * 1000.0).ceil() as i64),
+        memory_limit: limits.1.map(|l| l.ceil() as i64),
     };
     let r = recommend(h, current, policy, context, now);
     Sized {
         cpu: r.recommended.cpu.unwrap_or(0) as f64 / 1000.0,
         memory: r.recommended.memory.unwrap_or(0) as f64,
+        cpu_limit: r.recommended.cpu_limit.map(|l| l as f64 / 1000.0),
+        memory_limit: r.recommended.memory_limit.map(|l| l as f64),
     }
 }
 
@@ -182,14 +234,26 @@ pub struct Score {
     pub waste_core_hours: f64,
     /// Requested but unused GiB-hours.
     pub waste_gib_hours: f64,
-    /// CPU samples scored.
+    /// CPU samples (minutes) scored.
     pub cpu_samples: u64,
     /// CPU samples whose demand exceeded the request.
-    pub cpu_starved: u64,
-    /// Memory windows scored.
-    pub memory_windows: u64,
-    /// Memory windows whose highest working set exceeded the request.
+    pub cpu_short: u64,
+    /// Five-minute windows scored.
+    pub cpu_windows: u64,
+    /// Five-minute windows whose mean demand exceeded twice the request.
+    pub cpu_severe: u64,
+    /// CPU samples whose demand exceeded the recommended CPU limit.
+    pub cpu_throttled: u64,
+    /// Memory samples (minutes) scored.
+    pub memory_samples: u64,
+    /// Memory samples whose working set exceeded the request.
     pub memory_over: u64,
+    /// Memory samples whose working set exceeded the recommended memory limit.
+    pub memory_oom: u64,
+}
+
+fn share(n: u64, of: u64) -> f64 {
+    n as f64 / (of as f64).max(1.0)
 }
 
 impl Score {
@@ -198,19 +262,38 @@ impl Score {
         self.waste_core_hours += o.waste_core_hours;
         self.waste_gib_hours += o.waste_gib_hours;
         self.cpu_samples += o.cpu_samples;
-        self.cpu_starved += o.cpu_starved;
-        self.memory_windows += o.memory_windows;
+        self.cpu_short += o.cpu_short;
+        self.cpu_windows += o.cpu_windows;
+        self.cpu_severe += o.cpu_severe;
+        self.cpu_throttled += o.cpu_throttled;
+        self.memory_samples += o.memory_samples;
         self.memory_over += o.memory_over;
+        self.memory_oom += o.memory_oom;
     }
 
-    /// Share of CPU samples starved (0..1).
-    pub fn starvation(&self) -> f64 {
-        self.cpu_starved as f64 / (self.cpu_samples as f64).max(1.0)
+    /// Share of CPU minutes short of their demand (0..1).
+    pub fn short_minutes(&self) -> f64 {
+        share(self.cpu_short, self.cpu_samples)
     }
 
-    /// Share of memory windows over the request (0..1).
+    /// Share of five-minute windows severely starved (0..1).
+    pub fn severe(&self) -> f64 {
+        share(self.cpu_severe, self.cpu_windows)
+    }
+
+    /// Share of CPU minutes whose demand is above the CPU limit (0..1).
+    pub fn throttle_risk(&self) -> f64 {
+        share(self.cpu_throttled, self.cpu_samples)
+    }
+
+    /// Share of memory minutes over the request (0..1).
     pub fn memory_risk(&self) -> f64 {
-        self.memory_over as f64 / (self.memory_windows as f64).max(1.0)
+        share(self.memory_over, self.memory_samples)
+    }
+
+    /// Share of memory minutes over the limit (0..1).
+    pub fn oom_risk(&self) -> f64 {
+        share(self.memory_oom, self.memory_samples)
     }
 }
 
@@ -218,34 +301,40 @@ impl Score {
 pub fn score(rec: Sized, test: Observed<'_>, step: i64) -> Score {
     let hours = step as f64 / 3600.0;
     let mut s = Score::default();
-    for (_, wanted) in test.demand {
-        s.cpu_samples += 1;
-        s.waste_core_hours += (rec.cpu - wanted).max(0.0) * hours;
-        if *wanted > rec.cpu {
-            s.cpu_starved += 1;
-        }
-    }
-    let mut window: Option<(i64, f64)> = None;
-    let close = |w: Option<(i64, f64)>, s: &mut Score| {
-        if let Some((_, peak)) = w {
-            s.memory_windows += 1;
-            if peak > rec.memory {
-                s.memory_over += 1;
+    // The open five-minute window: its index, summed demand and samples.
+    let mut window: Option<(i64, f64, u32)> = None;
+    let close = |w: Option<(i64, f64, u32)>, s: &mut Score| {
+        if let Some((_, sum, n)) = w {
+            s.cpu_windows += 1;
+            if sum / f64::from(n) > SEVERE_FACTOR * rec.cpu {
+                s.cpu_severe += 1;
             }
         }
     };
-    for (t, used) in test.memory {
-        s.waste_gib_hours += (rec.memory - used).max(0.0) / GIB * hours;
-        let w = t.div_euclid(MEMORY_RISK_WINDOW);
+    for (t, wanted) in test.demand {
+        s.cpu_samples += 1;
+        s.waste_core_hours += (rec.cpu - wanted).max(0.0) * hours;
+        s.cpu_short += u64::from(*wanted > rec.cpu);
+        s.cpu_throttled += u64::from(rec.cpu_limit.is_some_and(|l| *wanted > l));
+        let w = t.div_euclid(SEVERE_WINDOW);
         match &mut window {
-            Some((current, peak)) if *current == w => *peak = peak.max(*used),
+            Some((current, sum, n)) if *current == w => {
+                *sum += wanted;
+                *n += 1;
+            }
             _ => {
                 close(window, &mut s);
-                window = Some((w, *used));
+                window = Some((w, *wanted, 1));
             }
         }
     }
     close(window, &mut s);
+    for (_, used) in test.memory {
+        s.memory_samples += 1;
+        s.waste_gib_hours += (rec.memory - used).max(0.0) / GIB * hours;
+        s.memory_over += u64::from(*used > rec.memory);
+        s.memory_oom += u64::from(rec.memory_limit.is_some_and(|l| *used > l));
+    }
     s
 }
 
@@ -262,42 +351,68 @@ mod tests {
     }
 
     #[test]
-    fn waste_starved_samples_and_memory_windows_over_the_request_are_counted() {
+    fn waste_short_minutes_severe_windows_throttling_and_memory_risk_are_counted() {
         let (c, m) = flat(60, 1.0, GIB);
         let observed = Observed {
             demand: &c,
             memory: &m,
         };
         let roomy = Sized {
-            cpu: 2.0,
-            memory: 2.0 * GIB,
+            cpu_limit: Some(3.0),
+            memory_limit: Some(4.0 * GIB),
+            ..Sized::requests(2.0, 2.0 * GIB)
         };
         let s = score(roomy, observed, 60);
         assert!((s.waste_core_hours - 1.0).abs() < 1e-9);
         assert!((s.waste_gib_hours - 1.0).abs() < 1e-9);
-        assert_eq!((s.cpu_samples, s.cpu_starved), (60, 0));
-        assert_eq!((s.memory_windows, s.memory_over), (12, 0));
-        // Any demand above the request starves, whatever the recommender's own guard.
+        assert_eq!(
+            (s.cpu_samples, s.cpu_short, s.cpu_windows, s.cpu_severe),
+            (60, 0, 12, 0)
+        );
+        assert_eq!(
+            (
+                s.cpu_throttled,
+                s.memory_samples,
+                s.memory_over,
+                s.memory_oom
+            ),
+            (0, 60, 0, 0)
+        );
+        // Any demand above the request is short, whatever the recommender's own guard; a
+        // window is severe only above twice the request.
         let tight = Sized {
-            cpu: 0.99,
-            memory: 0.5 * GIB,
+            cpu_limit: Some(0.995),
+            memory_limit: Some(0.9 * GIB),
+            ..Sized::requests(0.99, 0.5 * GIB)
         };
         let s = score(tight, observed, 60);
-        assert_eq!(s.starvation(), 1.0);
-        assert_eq!((s.memory_windows, s.memory_over), (12, 12));
-        // One minute over the request in one five-minute window is one window at risk.
+        assert_eq!(
+            (s.short_minutes(), s.severe(), s.throttle_risk()),
+            (1.0, 0.0, 1.0)
+        );
+        assert_eq!((s.memory_risk(), s.oom_risk()), (1.0, 1.0));
+        let starved = score(Sized::requests(0.45, GIB), observed, 60);
+        assert_eq!((starved.severe(), starved.throttle_risk()), (1.0, 0.0));
+        // One five-minute window whose mean is above twice the request; one minute over
+        // the memory request.
+        let mut burst = c.clone();
+        for s in &mut burst[10..15] {
+            s.1 = 4.5;
+        }
         let mut spike = m.clone();
         spike[7].1 = 3.0 * GIB;
         let s = score(
             roomy,
             Observed {
-                demand: &c,
+                demand: &burst,
                 memory: &spike,
             },
             60,
         );
-        assert_eq!(s.memory_over, 1);
-        assert!((s.memory_risk() - 1.0 / 12.0).abs() < 1e-12);
+        assert_eq!((s.cpu_short, s.cpu_severe, s.cpu_throttled), (5, 1, 5));
+        assert!((s.severe() - 1.0 / 12.0).abs() < 1e-12);
+        assert_eq!((s.memory_over, s.memory_oom), (1, 0));
+        assert!((s.memory_risk() - 1.0 / 60.0).abs() < 1e-12);
     }
 
     #[test]
@@ -310,6 +425,7 @@ mod tests {
                 memory: m,
                 throttled,
                 requests: (1.0, GIB),
+                limits: (Some(2.0), None),
                 memory_interval: None,
             }
         }
@@ -322,6 +438,8 @@ mod tests {
         }
         let vpa = train(Algorithm::Vpa, seen(&c, &m, &[]), 3 * 86_400);
         assert!(vpa.cpu > 1.15 && vpa.cpu < 1.15 * 1.05, "{vpa:?}");
+        // VPA applies its target keeping the limit's ratio to the request.
+        assert_eq!(vpa.cpu_limit, Some(2.0 * vpa.cpu));
         // Tailor estimates the demand behind heavy throttling.
         let plain = train(Algorithm::Tailor, seen(&c, &m, &[]), 3 * 86_400);
         let throttled = train(Algorithm::Tailor, seen(&c, &m, &shares), 3 * 86_400);

@@ -191,6 +191,11 @@ impl DecayingHistogram {
         ((t - self.reference) as f64 / self.half_life_seconds).exp2()
     }
 
+    /// The half-life of a sample's weight, seconds.
+    pub fn half_life(&self) -> f64 {
+        self.half_life_seconds
+    }
+
     /// Adds a sample taken at unix second `t` with base weight `weight`.
     pub fn add(&mut self, value: f64, weight: f64, t: i64) {
         if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {

@@ -1,6 +1,8 @@
 //! A `RightsizingPolicy` parsed once into plain numbers for the recommender.
 
-use crate::apis::{HpaPolicy, LimitsPolicy, Mode, ResourceKind, RightsizingPolicySpec, UpdateMode};
+use crate::apis::{
+    HpaPolicy, LimitsPolicy, Mode, Profile, ResourceKind, RightsizingPolicySpec, UpdateMode,
+};
 use crate::model::quantity;
 
 /// Most recent days whose memory peaks a policy can ask to cover.
@@ -25,6 +27,31 @@ pub const DEFAULT_CPU_STARVATION_WEIGHT: f64 = 1.75;
 /// The earlier 7% with a p70 floor and a headroom of 2 starved 7.8% at 0.62x; 7.5% starves
 /// 8.3%, too close to KRR.
 pub const DEFAULT_CPU_STARVATION_BUDGET: f64 = 0.0725;
+
+/// The `Balanced` profile's budget: the share of CPU samples a policy's containers may
+/// leave above their requests together, spent only above each container's own floors
+/// ([`BALANCED_CPU_SHORT_CAP`], [`BALANCED_CPU_SEVERE_CAP`], the running phase).
+pub const BALANCED_CPU_STARVATION_BUDGET: f64 = 0.03;
+
+/// The `Balanced` profile's per-container cap on short minutes: a CPU request leaves at
+/// most this share of the container's own decayed samples above it.
+pub const BALANCED_CPU_SHORT_CAP: f64 = 0.04;
+
+/// The `Balanced` profile's per-container cap on severe starvation: at most this share of
+/// a container's five-minute windows may average more than twice its CPU request.
+pub const BALANCED_CPU_SEVERE_CAP: f64 = 0.005;
+
+/// The profile's CPU trade: (fleet budget, per-container short-minute cap, severe cap).
+pub fn profile_trade(profile: Profile) -> (f64, f64, f64) {
+    match profile {
+        Profile::Balanced => (
+            BALANCED_CPU_STARVATION_BUDGET,
+            BALANCED_CPU_SHORT_CAP,
+            BALANCED_CPU_SEVERE_CAP,
+        ),
+        Profile::CostFirst => (DEFAULT_CPU_STARVATION_BUDGET, 0.0, 0.0),
+    }
+}
 
 /// Why a policy cannot be used, naming the field and value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +91,19 @@ pub struct Policy {
     /// own history, where the containers of one policy are sized together
     /// ([`crate::rightsizing::cpu_starvation_price`]); 0 sizes each by the weight alone.
     pub cpu_starvation_budget: f64,
+    /// How CPU savings are traded against short minutes; it sets the budget and the caps
+    /// below ([`profile_trade`]).
+    pub profile: Profile,
+    /// Per container, the share of its decayed CPU samples its request may leave above it
+    /// (0: no cap).
+    pub cpu_short_cap: f64,
+    /// Per container, the share of its five-minute windows whose mean may exceed twice its
+    /// CPU request (0: no cap).
+    pub cpu_severe_cap: f64,
+    /// Whether a container with a sustained running phase (a batch worker, idle most of
+    /// the day) has its CPU request cover that phase's median demand
+    /// (`spec.cpu.coverRunningPhase`).
+    pub cpu_running_phase: bool,
     /// Project rising daily memory peaks a day ahead.
     pub memory_trend: bool,
     /// Memory covers at least the highest daily peak of this many recent days (0: off).
@@ -113,7 +153,11 @@ impl Default for Policy {
             cpu_burst: Some((0.99, 3.0)),
             cpu_burst_cap: 2.0,
             cpu_starvation_weight: DEFAULT_CPU_STARVATION_WEIGHT,
-            cpu_starvation_budget: DEFAULT_CPU_STARVATION_BUDGET,
+            cpu_starvation_budget: BALANCED_CPU_STARVATION_BUDGET,
+            profile: Profile::Balanced,
+            cpu_short_cap: BALANCED_CPU_SHORT_CAP,
+            cpu_severe_cap: BALANCED_CPU_SEVERE_CAP,
+            cpu_running_phase: false,
             memory_trend: false,
             memory_peak_days: 7,
             cpu_bounds: (None, None),
@@ -178,6 +222,9 @@ impl Policy {
             cpu_burst_cap: 0.0,
             cpu_starvation_weight: 0.0,
             cpu_starvation_budget: 0.0,
+            cpu_short_cap: 0.0,
+            cpu_severe_cap: 0.0,
+            cpu_running_phase: false,
             memory_trend: false,
             memory_peak_days: 0,
             ..Policy::default()
@@ -202,6 +249,7 @@ impl Policy {
             fraction("spec.memory.lowerPercentile", spec.memory.lower_percentile)?,
             fraction("spec.memory.upperPercentile", spec.memory.upper_percentile)?,
         );
+        let (budget, short_cap, severe_cap) = profile_trade(spec.profile);
         let policy = Policy {
             mode: spec.mode,
             update: spec.update.mode,
@@ -217,7 +265,11 @@ impl Policy {
                 .map(|p| (p, spec.cpu.burst_headroom.max(1.0))),
             cpu_burst_cap: spec.cpu.burst_max_raise.max(0.0),
             cpu_starvation_weight: DEFAULT_CPU_STARVATION_WEIGHT,
-            cpu_starvation_budget: DEFAULT_CPU_STARVATION_BUDGET,
+            cpu_starvation_budget: budget,
+            profile: spec.profile,
+            cpu_short_cap: short_cap,
+            cpu_severe_cap: severe_cap,
+            cpu_running_phase: spec.cpu.cover_running_phase,
             memory_trend: spec.memory.trend,
             memory_peak_days: spec.memory.peak_days.min(MAX_PEAK_DAYS),
             cpu_bounds: (

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::histogram::{Buckets, DecayingHistogram};
 use super::policy::Policy;
-use crate::apis::{HpaPolicy, LimitsPolicy};
+use crate::apis::{HpaPolicy, LimitsPolicy, Profile};
 use crate::model::quantity::{display_bytes, format_milli, format_value};
 
 /// Length of the window whose peak is one memory sample (VPA's aggregation interval).
@@ -85,6 +85,37 @@ pub fn throttled_demand(cores: f64, throttled_share: f64) -> f64 {
     cores * (1.0 + THROTTLED_EXCESS * share)
 }
 
+/// CPU windows of this many seconds hold one mean each in the windowed histogram
+/// ([`ContainerHistory::add_cpu`]): severe starvation and running phases are judged on them.
+pub const CPU_WINDOW_SECONDS: i64 = 300;
+/// A window is severely starved when its mean exceeds the request this many times.
+pub const SEVERE_FACTOR: f64 = 2.0;
+/// Running phases are judged on windows of this many seconds: long enough that a spike of
+/// a few minutes does not fill one, short enough that a batch run of half an hour does.
+pub const PHASE_WINDOW_SECONDS: i64 = 900;
+/// A running phase: windows whose mean is at least this many times the container's median
+/// sample (a batch worker's bursts against its idle level).
+const PHASE_FACTOR: f64 = 8.0;
+/// ... making up at least this share of the windows; a rarer phase is a spike, left to the
+/// short-minute and severe caps.
+const PHASE_MIN_SHARE: f64 = 0.01;
+/// The request covers this percentile of the running phase's windows.
+const PHASE_PERCENTILE: f64 = 0.5;
+/// A minute counts as throttled when at least this share of its CFS periods was.
+const THROTTLED_MINUTE_SHARE: f64 = 0.01;
+/// A container throttled in at least this share of its minutes is a throttled container:
+/// its CPU limit is never lowered.
+const THROTTLED_CONTAINER_SHARE: f64 = 0.01;
+/// The per-container reference of the Balanced profile's caps: VPA's default CPU target
+/// percentile and safety margin, applied to the same history.
+const REFERENCE_PERCENTILE: f64 = 0.9;
+const REFERENCE_MARGIN: f64 = 0.15;
+/// A recommended CPU limit stays at least this high a percentile of the container's
+/// demand ...
+const LIMIT_PERCENTILE: f64 = 0.999;
+/// ... with this much room above it.
+const LIMIT_HEADROOM: f64 = 0.1;
+
 /// Confidence reaches 1 with a week of history.
 const FULL_CONFIDENCE_SECONDS: f64 = 7.0 * 86_400.0;
 
@@ -147,6 +178,19 @@ pub struct ContainerHistory {
     /// ([`ContainerHistory::note_cpu_target`]).
     #[serde(default)]
     cpu_targets: Vec<(i64, f64)>,
+    /// CPU window means of [`CPU_WINDOW_SECONDS`] (severe starvation) and of
+    /// [`PHASE_WINDOW_SECONDS`] (running phases). Absent in checkpoints from before they
+    /// were kept; started with the next sample.
+    #[serde(default)]
+    cpu_windows: Option<WindowMeans>,
+    #[serde(default)]
+    cpu_phases: Option<WindowMeans>,
+    /// CPU samples that came with CFS throttling counters, and those of them throttled in
+    /// at least [`THROTTLED_MINUTE_SHARE`] of their periods.
+    #[serde(default)]
+    metered_samples: u64,
+    #[serde(default)]
+    throttled_samples: u64,
 }
 
 impl ContainerHistory {
@@ -172,6 +216,10 @@ impl ContainerHistory {
             run_start: None,
             ran_seconds: 0,
             cpu_targets: Vec::new(),
+            cpu_windows: Some(WindowMeans::new(CPU_WINDOW_SECONDS, half_life, start)),
+            cpu_phases: Some(WindowMeans::new(PHASE_WINDOW_SECONDS, half_life, start)),
+            metered_samples: 0,
+            throttled_samples: 0,
         }
     }
 
@@ -237,7 +285,26 @@ impl ContainerHistory {
             }
             self.last_cpu = Some(self.last_cpu.map_or(t, |l| l.max(t)));
             self.seen(t);
+            self.add_to_window(t, cores);
         }
+    }
+
+    /// Adds a sample to the CPU window means.
+    fn add_to_window(&mut self, t: i64, cores: f64) {
+        let half_life = self.cpu.half_life();
+        self.cpu_windows
+            .get_or_insert_with(|| WindowMeans::new(CPU_WINDOW_SECONDS, half_life, t))
+            .add(t, cores);
+        self.cpu_phases
+            .get_or_insert_with(|| WindowMeans::new(PHASE_WINDOW_SECONDS, half_life, t))
+            .add(t, cores);
+    }
+
+    /// The share of CPU samples with throttling counters that were throttled, if any had
+    /// counters.
+    pub fn throttled_share(&self) -> Option<f64> {
+        (self.metered_samples > 0)
+            .then(|| self.throttled_samples as f64 / self.metered_samples as f64)
     }
 
     /// Adds a CPU usage sample (cores) taken at `t` by a container that was throttled in
@@ -245,6 +312,8 @@ impl ContainerHistory {
     /// estimated by [`throttled_demand`], not the capped usage.
     pub fn add_cpu_throttled(&mut self, t: i64, cores: f64, throttled_share: f64) {
         if throttled_share.is_finite() {
+            self.metered_samples += 1;
+            self.throttled_samples += u64::from(throttled_share >= THROTTLED_MINUTE_SHARE);
             self.add_cpu(t, throttled_demand(cores, throttled_share));
         } else {
             self.add_cpu(t, cores);
@@ -488,6 +557,58 @@ impl ContainerHistory {
     }
 }
 
+/// A decaying histogram of the means of fixed windows of CPU samples, and the open window
+/// (its index since the epoch, the sum and count of its samples).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct WindowMeans {
+    seconds: i64,
+    means: DecayingHistogram,
+    open: Option<(i64, f64, u32)>,
+}
+
+impl WindowMeans {
+    fn new(seconds: i64, half_life: f64, start: i64) -> WindowMeans {
+        WindowMeans {
+            seconds,
+            means: DecayingHistogram::new(Buckets::CPU, half_life, start),
+            open: None,
+        }
+    }
+
+    /// Adds a sample; a sample of a later window closes the open one into the histogram,
+    /// a late sample of a closed window is dropped.
+    fn add(&mut self, t: i64, cores: f64) {
+        let w = t.div_euclid(self.seconds);
+        match &mut self.open {
+            Some((open, sum, n)) if *open == w => {
+                *sum += cores;
+                *n += 1;
+            }
+            Some((open, _, _)) if *open > w => {}
+            _ => {
+                if let Some((open, sum, n)) = self.open.take() {
+                    self.means
+                        .add((sum / f64::from(n)).max(0.001), 1.0, open * self.seconds);
+                }
+                self.open = Some((w, cores, 1));
+            }
+        }
+    }
+
+    /// The histogram with the open window in it; `None` when empty.
+    fn with_open(&self) -> Option<DecayingHistogram> {
+        let mut h = self.means.clone();
+        if let Some((w, sum, n)) = self.open {
+            h.add(
+                (sum / f64::from(n.max(1))).max(0.001),
+                1.0,
+                w * self.seconds,
+            );
+        }
+        (!h.is_empty()).then_some(h)
+    }
+}
+
 /// A container's requests and limits: CPU in millicores, memory in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Requests {
@@ -618,15 +739,61 @@ impl Sized {
 }
 
 /// What a container's CPU request is sized from besides the trade level: the policy's
-/// percentile and the burst guard's percentile within its headroom (cores).
+/// percentile, the burst guard's percentile within its headroom, and the per-container
+/// floors of the profile (cores; 0 where the profile sets none).
 #[derive(Debug, Clone, Copy)]
 struct CpuBasis {
     percentile: f64,
     burst: f64,
+    /// Leaves at most `policy.cpu_short_cap` of the samples above it.
+    short: f64,
+    /// Leaves at most `policy.cpu_severe_cap` of the windows above twice it.
+    severe: f64,
+    /// Covers the running phase's median window, and the phase's share of windows.
+    phase: Option<(f64, f64)>,
 }
 
 impl CpuBasis {
     fn of(history: &ContainerHistory, policy: &Policy) -> CpuBasis {
+        let windows = history
+            .cpu_windows
+            .as_ref()
+            .and_then(WindowMeans::with_open);
+        let phases = history.cpu_phases.as_ref().and_then(WindowMeans::with_open);
+        // The reference a container is never made worse than: VPA's rule on the same
+        // history (its CPU percentile plus its margin). Each cap is at least what that
+        // reference leaves short.
+        let reference =
+            history.cpu.percentile(REFERENCE_PERCENTILE).unwrap_or(0.0) * (1.0 + REFERENCE_MARGIN);
+        let short = if policy.cpu_short_cap > 0.0 {
+            let cap = policy.cpu_short_cap.max(history.cpu_share_above(reference));
+            history.cpu.percentile(1.0 - cap).unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        let severe = match &windows {
+            Some(w) if policy.cpu_severe_cap > 0.0 => {
+                let cap = policy
+                    .cpu_severe_cap
+                    .max(1.0 - w.share_at_or_below(SEVERE_FACTOR * reference));
+                w.percentile(1.0 - cap).unwrap_or(0.0) / SEVERE_FACTOR
+            }
+            _ => 0.0,
+        };
+        let phase = match &phases {
+            Some(w) if policy.cpu_running_phase => {
+                let median = history.cpu.percentile(0.5).unwrap_or(0.0);
+                let share = 1.0 - w.share_at_or_below(PHASE_FACTOR * median);
+                (median > 0.0 && share >= PHASE_MIN_SHARE).then(|| {
+                    (
+                        w.percentile(1.0 - share * (1.0 - PHASE_PERCENTILE))
+                            .unwrap_or(0.0),
+                        share,
+                    )
+                })
+            }
+            _ => None,
+        };
         CpuBasis {
             percentile: history
                 .cpu
@@ -635,12 +802,25 @@ impl CpuBasis {
             burst: policy.cpu_burst.map_or(0.0, |(bp, headroom)| {
                 history.cpu.percentile(bp).unwrap_or(0.0) / headroom
             }),
+            short,
+            severe,
+            phase,
         }
     }
 
-    /// The body (the percentile, raised to the trade level) and the burst guard, cores.
+    /// The highest of the profile's per-container floors, cores.
+    fn floor(&self) -> f64 {
+        self.short
+            .max(self.severe)
+            .max(self.phase.map_or(0.0, |p| p.0))
+    }
+
+    /// The body (the percentile, raised to the trade level and the floors) and the burst
+    /// guard, cores.
     fn body_and_burst(&self, level: Option<f64>, policy: &Policy) -> (f64, f64) {
-        let body = level.map_or(self.percentile, |l| l.max(self.percentile));
+        let body = level
+            .map_or(self.percentile, |l| l.max(self.percentile))
+            .max(self.floor());
         // Bursts: the request covers the burst percentile within the burst headroom.
         // Covering a burst is worth it while it raises the request moderately; a rare
         // burst far above the body (a batch spike) is left to the node's slack.
@@ -742,6 +922,105 @@ pub fn cpu_starvation_price<'a>(
 /// `(1e6 * largest / smallest)^(2^-30)`, far finer than the buckets' 5%.
 const PRICE_STEPS: usize = 30;
 
+/// The CPU limit a recommendation sets, from the one the limits policy gives: never lower
+/// than the deployed limit of a container that was throttled (in at least
+/// [`THROTTLED_CONTAINER_SHARE`] of its minutes), and, where Tailor scales the limit
+/// (`KeepRatio`), never below the container's high-percentile demand with headroom, so a
+/// container that was not throttled is not throttled by a lowered limit. Says why a limit
+/// was kept, raised or removed.
+fn guard_cpu_limit(
+    history: &ContainerHistory,
+    policy: &Policy,
+    deployed: Option<i64>,
+    limit: Option<i64>,
+    reasons: &mut Vec<String>,
+) -> Option<i64> {
+    let Some(mut limit) = limit else {
+        if let Some(deployed) = deployed {
+            reasons.push(format!(
+                "cpu limit {} removed (limits policy {:?}): nothing throttles the container",
+                format_milli(deployed),
+                policy.limits
+            ));
+        }
+        return None;
+    };
+    if let (Some(deployed), Some(share)) = (deployed, history.throttled_share())
+        && share >= THROTTLED_CONTAINER_SHARE
+        && limit < deployed
+    {
+        reasons.push(format!(
+            "cpu limit kept at {}: the container was throttled in {:.1}% of its minutes, and a throttled container's limit is never lowered",
+            format_milli(deployed),
+            100.0 * share
+        ));
+        limit = deployed;
+    }
+    if policy.limits == LimitsPolicy::KeepRatio
+        && let Some(top) = history.cpu.percentile(LIMIT_PERCENTILE)
+    {
+        let floor = (top * (1.0 + LIMIT_HEADROOM) * 1000.0).ceil() as i64;
+        if limit < floor {
+            reasons.push(format!(
+                "cpu limit raised to {} (the request's ratio gives {}): {:.1}% above the {:.1}th percentile of the container's demand, so the limit does not throttle it",
+                format_milli(floor),
+                format_milli(limit),
+                100.0 * LIMIT_HEADROOM,
+                100.0 * LIMIT_PERCENTILE
+            ));
+            limit = floor;
+        }
+    }
+    Some(limit)
+}
+
+/// Why the CPU request sits at a profile floor above the trade level.
+fn floor_reason(
+    history: &ContainerHistory,
+    basis: &CpuBasis,
+    floor: f64,
+    policy: &Policy,
+) -> String {
+    let at = format_milli((floor * 1000.0).ceil() as i64);
+    match basis.phase {
+        Some((level, share)) if level >= floor => format!(
+            "cpu covers the running phase at {at}: {:.1}% of 15-minute windows run above {:.0} times the median use (a batch worker's bursts), and the request is their median, not the idle minutes'",
+            100.0 * share,
+            PHASE_FACTOR
+        ),
+        _ if basis.severe >= floor => format!(
+            "cpu raised to {at}: at most {:.1}% of 5-minute windows may average more than twice the request",
+            100.0 * policy.cpu_severe_cap
+        ),
+        _ => format!(
+            "cpu raised to {at}: at most {:.0}% of minutes may be short of the request ({:.1}% in the history at {at})",
+            100.0 * policy.cpu_short_cap,
+            100.0 * history.cpu_share_above(floor)
+        ),
+    }
+}
+
+/// Under the cost-first profile, what a request below the Balanced profile's floors
+/// trades: the container's short minutes against the Balanced profile's.
+fn cost_first_trade(history: &ContainerHistory, policy: &Policy, body: f64) -> Option<String> {
+    let (_, short_cap, severe_cap) = super::policy::profile_trade(Profile::Balanced);
+    let balanced = Policy {
+        cpu_short_cap: short_cap,
+        cpu_severe_cap: severe_cap,
+        ..policy.clone()
+    };
+    let floor = CpuBasis::of(history, &balanced).floor();
+    (floor > body * 1.005).then(|| {
+        format!(
+            "cost-first profile: cpu {} leaves {:.1}% of minutes short in the history, where the Balanced profile would request {} ({:.1}% short)",
+            format_milli((body * 1000.0).ceil() as i64),
+            100.0 * history.cpu_share_above(body),
+            format_milli((floor * 1000.0).ceil() as i64),
+            100.0 * history.cpu_share_above(floor)
+        )
+    })
+}
+
 /// Builds the recommendation for a container at `now`.
 pub fn recommend(
     history: &ContainerHistory,
@@ -790,8 +1069,18 @@ pub fn recommend(
             None => None,
         };
         let (body, burst) = basis.body_and_burst(level, policy);
+        let floor = basis.floor();
+        let traded = level.map_or(basis.percentile, |l| l.max(basis.percentile));
+        if floor > traded {
+            reasons.push(floor_reason(history, &basis, floor, policy));
+        } else if policy.profile == Profile::CostFirst
+            && let Some(reason) = cost_first_trade(history, policy, body)
+        {
+            reasons.push(reason);
+        }
         if let Some(level) = level
             && body > basis.percentile
+            && level >= floor
         {
             // Where the usage's top is dense (smooth daily or weekly cycles), covering it
             // costs little: the request rises to where more would only add waste.
@@ -1034,6 +1323,7 @@ pub fn recommend(
         LimitsPolicy::Keep => (current.cpu_limit, current.memory_limit),
         LimitsPolicy::Remove => (None, None),
     };
+    let cpu_limit = guard_cpu_limit(history, policy, current.cpu_limit, cpu_limit, &mut reasons);
     // A limit below the request is invalid: raise it to the request.
     let cpu_limit = cpu_limit.map(|l| l.max(new_cpu.unwrap_or(0)));
     let memory_limit = memory_limit.map(|l| l.max(new_memory.unwrap_or(0)));
@@ -1207,10 +1497,23 @@ mod tests {
     /// the level under it. The percentile (70th) and the burst guard (the 99th within
     /// twice the request) are fixed here, not taken from the defaults, which are tuned on
     /// the backtest: the tests check the mechanisms.
+    fn cost_first() -> Policy {
+        Policy::from_spec(&crate::apis::RightsizingPolicySpec {
+            profile: Profile::CostFirst,
+            ..Default::default()
+        })
+        .expect("the cost-first profile")
+    }
+
+    /// A policy sizing CPU by the percentile, margin and burst guard alone: the
+    /// per-container floors of the Balanced profile are tested on their own.
     fn policy() -> Policy {
         Policy {
             max_step: 0.0,
             cpu_starvation_weight: 0.0,
+            cpu_short_cap: 0.0,
+            cpu_severe_cap: 0.0,
+            cpu_running_phase: false,
             cpu_margin: 0.1,
             cpu_percentiles: (0.7, 0.5, 0.95),
             cpu_burst: Some((0.99, 2.0)),
@@ -2294,10 +2597,11 @@ mod tests {
 
     #[test]
     fn one_starvation_price_spends_the_fleet_budget_where_it_spares_the_most_cores() {
+        // The cost-first profile: the fleet's budget with no per-container floor.
         let policy = Policy {
             max_step: 0.0,
             cpu_burst: None,
-            ..Policy::default()
+            ..cost_first()
         };
         // The same noisy daily cycle at three scales: about 100m, 1 core and 10 cores at
         // the top.
@@ -2416,5 +2720,203 @@ mod tests {
         // meet it, and the price is the highest tried, not one the ceiling undoes.
         assert!(fleet[0].cpu_share_above(0.6) > 0.5);
         assert!(forced > 100.0 * free, "{forced} vs {free}");
+    }
+
+    /// A batch worker: idle at 20m, three 30-minute runs a day at 1.5 cores, for a week.
+    fn batch_worker(policy: &Policy) -> ContainerHistory {
+        let mut h = ContainerHistory::new(policy, 0);
+        for m in 0..7 * 1440 {
+            let minute_of_day = m % 1440;
+            let running = [120, 600, 1080]
+                .iter()
+                .any(|start| (*start..start + 30).contains(&minute_of_day));
+            let cores = if running {
+                1.5 + 0.05 * ((m % 7) as f64 - 3.0)
+            } else {
+                0.02
+            };
+            h.add_cpu(m * 60, cores);
+            h.add_memory(m * 60, (300 * MIB) as f64);
+        }
+        h
+    }
+
+    fn unset() -> Requests {
+        Requests {
+            cpu: None,
+            memory: None,
+            cpu_limit: None,
+            memory_limit: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_worker_is_sized_for_its_running_phase_when_the_policy_covers_it() {
+        let covering = Policy {
+            max_step: 0.0,
+            cpu_running_phase: true,
+            ..Policy::default()
+        };
+        let h = batch_worker(&covering);
+        let r = recommend(&h, unset(), &covering, &Context::default(), 7 * DAY);
+        let cpu = r.recommended.cpu.expect("cpu");
+        // The runs' median demand is about 1.5 cores; the idle level 20m.
+        assert!((1400..=1700).contains(&cpu), "{cpu}m {:?}", r.reasons);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("running phase")),
+            "{:?}",
+            r.reasons
+        );
+        // Without the floor (the default sized alone, and the cost-first profile priced
+        // to spare cores) the request stays near the idle level: the floor is what
+        // rejects it.
+        let cost_first = Policy {
+            max_step: 0.0,
+            ..cost_first()
+        };
+        let priced = Context {
+            cpu_starvation_price: cpu_starvation_price([&h], &cost_first),
+            ..Context::default()
+        };
+        for (policy, context) in [
+            (
+                Policy {
+                    max_step: 0.0,
+                    ..Policy::default()
+                },
+                Context::default(),
+            ),
+            (cost_first, priced),
+        ] {
+            let cheap = recommend(&h, unset(), &policy, &context, 7 * DAY);
+            let cheap_cpu = cheap.recommended.cpu.expect("cpu");
+            assert!(cheap_cpu < 200, "{cheap_cpu}m {:?}", cheap.reasons);
+            assert!(h.cpu_share_above(cheap_cpu as f64 / 1000.0) > 0.05);
+        }
+    }
+
+    #[test]
+    fn no_container_is_left_short_more_often_than_its_cap_to_pay_for_the_fleet() {
+        // Usage spread evenly between 0.1 and 1 core: every level trades waste for short
+        // minutes at the same rate, so a cheap starvation price cuts deep.
+        let balanced = Policy {
+            max_step: 0.0,
+            cpu_burst: None,
+            ..Policy::default()
+        };
+        let mut h = ContainerHistory::new(&balanced, 0);
+        for m in 0..7 * 1440 {
+            h.add_cpu(m * 60, 0.1 + 0.9 * ((m * 37) % 100) as f64 / 99.0);
+        }
+        // A price at which the fleet would gladly starve this container.
+        let cheap = Context {
+            cpu_starvation_price: Some(0.01),
+            ..Context::default()
+        };
+        let cut = recommend(
+            &h,
+            unset(),
+            &Policy {
+                max_step: 0.0,
+                cpu_burst: None,
+                ..cost_first()
+            },
+            &cheap,
+            7 * DAY,
+        );
+        let cut_share = h.cpu_share_above(cut.recommended.cpu.expect("cpu") as f64 / 1000.0);
+        assert!(cut_share > 0.2, "{cut_share}");
+        let safe = recommend(&h, unset(), &balanced, &cheap, 7 * DAY);
+        let safe_share = h.cpu_share_above(safe.recommended.cpu.expect("cpu") as f64 / 1000.0);
+        // At most the cap (4%), or what VPA's own rule (p90 + 15%) would leave short.
+        assert!(
+            safe_share <= super::super::policy::BALANCED_CPU_SHORT_CAP + 1e-9,
+            "{safe_share}"
+        );
+        assert!(
+            safe.reasons.iter().any(|x| x.contains("may be short")),
+            "{:?}",
+            safe.reasons
+        );
+        // The cost-first recommendation says what it trades against the Balanced one.
+        assert!(
+            cut.reasons
+                .iter()
+                .any(|x| x.contains("cost-first profile") && x.contains("Balanced profile")),
+            "{:?}",
+            cut.reasons
+        );
+    }
+
+    #[test]
+    fn a_throttled_containers_cpu_limit_is_never_lowered() {
+        // Throttled in a third of its periods at 300m of usage, limit 400m, request 800m:
+        // the request falls, and the ratio would take the limit down with it.
+        let policy = Policy {
+            max_step: 0.0,
+            ..policy()
+        };
+        let mut throttled = ContainerHistory::new(&policy, 0);
+        let mut calm = ContainerHistory::new(&policy, 0);
+        for m in 0..7 * 1440 {
+            throttled.add_cpu_throttled(m * 60, 0.3, 0.33);
+            calm.add_cpu_throttled(m * 60, 0.3, 0.0);
+        }
+        let deployed = Requests {
+            cpu: Some(800),
+            memory: None,
+            cpu_limit: Some(400),
+            memory_limit: None,
+        };
+        let r = recommend(&throttled, deployed, &policy, &Context::default(), 7 * DAY);
+        let (request, limit) = (
+            r.recommended.cpu.expect("cpu"),
+            r.recommended.cpu_limit.expect("a limit"),
+        );
+        assert!(request < 800, "{request}m");
+        assert!(limit >= 400, "{limit}m {:?}", r.reasons);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("never lowered")),
+            "{:?}",
+            r.reasons
+        );
+        // Not throttled: the limit follows the request down, but never below the demand's
+        // 99.9th percentile with 10% headroom, and says so when it is raised.
+        let r = recommend(&calm, deployed, &policy, &Context::default(), 7 * DAY);
+        let limit = r.recommended.cpu_limit.expect("a limit");
+        assert!(limit < 400, "{limit}m");
+        assert!(limit as f64 >= 300.0 * (1.0 + LIMIT_HEADROOM), "{limit}m");
+        // Usage cycling 0.1..=0.5 cores with the limit at the request: the ratio would
+        // set the limit at the new request (p70 plus 10%, about 440m), below the top.
+        let tight = Requests {
+            cpu: Some(800),
+            cpu_limit: Some(800),
+            ..deployed
+        };
+        let r = recommend(&history(7), tight, &policy, &Context::default(), 7 * DAY);
+        let limit = r.recommended.cpu_limit.expect("a limit");
+        assert!(
+            limit as f64 >= 500.0 * (1.0 + LIMIT_HEADROOM),
+            "{limit}m {:?}",
+            r.reasons
+        );
+        assert!(
+            r.reasons.iter().any(|x| x.contains("cpu limit raised")),
+            "{:?}",
+            r.reasons
+        );
+        // A limit the policy drops is said to be removed.
+        let dropped = recommend(
+            &calm,
+            deployed,
+            &Policy {
+                limits: LimitsPolicy::DropCpu,
+                ..policy.clone()
+            },
+            &Context::default(),
+            7 * DAY,
+        );
+        assert_eq!(dropped.recommended.cpu_limit, None);
+        assert!(dropped.reasons.iter().any(|x| x.contains("removed")));
     }
 }
