@@ -67,9 +67,9 @@ pub struct RecommendArgs {
     pub history: String,
 
     /// CPU sample spacing (Go duration, 1s to 1h and at most the history); CPU is the rate
-    /// over this step (at least 2m). A finer step sees shorter peaks and costs more
-    /// queries.
-    #[arg(long, env = "TAILOR_STEP", default_value = "5m")]
+    /// over this step (at least 2m). A coarser step costs fewer queries but hides the
+    /// minutes above each step's mean, which the request is sized to keep short.
+    #[arg(long, env = "TAILOR_STEP", default_value = "1m")]
     pub step: String,
 
     /// Checkpoint file: resumed from when present (only newer usage is read) and

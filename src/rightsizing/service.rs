@@ -32,8 +32,12 @@ use crate::usage::pool::{CHECKPOINT_VERSION, Checkpoint, HourUsage, Pool};
 use crate::usage::workloads::{Workload, Workloads};
 use crate::usage::{ContainerKey, ObservedOom, ReadStats, UsageError, UsageQuery, UsageSource};
 
-/// CPU sample spacing of a read unless told otherwise (the CLI's `--step` default).
-pub const DEFAULT_STEP_SECONDS: i64 = 300;
+/// CPU sample spacing of a read unless told otherwise (the CLI's `--step` default): a
+/// minute, so the short minutes a request leaves are seen as minutes. Read at a 5-minute
+/// step, each sample is a 5-minute mean that hides the minutes above it: in the backtest
+/// through Prometheus, requests sized from 5-minute rates left 7.4% of the minutes short
+/// where the same policy on minute rates left 3.4%.
+pub const DEFAULT_STEP_SECONDS: i64 = 60;
 
 /// A RightsizingPolicy by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

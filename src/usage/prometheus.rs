@@ -87,9 +87,9 @@ pub struct PrometheusSettings {
     pub timeout: Duration,
     /// Largest answer read, in bytes; a larger one fails the read without being held.
     pub max_response_bytes: u64,
-    /// Shortest window of `rate()` for CPU; the window is the step when that is longer.
-    /// Two minutes holds at least two samples at any usual cadvisor scrape interval (up
-    /// to a minute), so a one-minute step reads minute-level usage.
+    /// Window of `irate()` for CPU: each CPU sample is the usage between the last two
+    /// scrapes in it, the minute-level usage whatever the step. Two minutes holds at least
+    /// two samples at any usual cadvisor scrape interval (up to a minute).
     pub rate_window: Duration,
     /// Memory is read as the peak of each interval this long (divides a day).
     pub memory_interval: Duration,
@@ -482,9 +482,11 @@ impl PrometheusSource {
         let budget = |points_per_series: i64| {
             (self.settings.max_points_per_query / points_per_series.max(1)).max(1) as usize
         };
-        // CPU: rate over the step (at least the rate window), one point per step.
+        // CPU: one point per step, each the usage between the last two scrapes before it
+        // (`irate`): a sample of the minute-level usage, not the step's mean, which
+        // would hide the minutes above it that a request is sized to keep short.
         let step = query.step.max(1);
-        let window = (self.settings.rate_window.as_secs() as i64).max(step);
+        let window = self.settings.rate_window.as_secs().max(1) as i64;
         let cpu_chunks = time_chunks(query.start, query.end, step);
         let cpu_points = (cpu_chunks[0].1 - cpu_chunks[0].0) / step + 1;
         // A container capped by its CPU limit uses no more than the limit, whatever it
@@ -495,7 +497,7 @@ impl PrometheusSource {
         for group in groups(containers, budget(cpu_points)) {
             let rate_of = |metric: &'static str| {
                 let union = self.union(query, &group, |sel| {
-                    format!("rate({}[{window}s])", self.selector(metric, "", sel))
+                    format!("irate({}[{window}s])", self.selector(metric, "", sel))
                 });
                 format!("sum by ({by}) ({union})")
             };
