@@ -139,7 +139,7 @@ async fn usage_read_back_from_prometheus_matches_the_generated_history() {
         "pause and cgroup-level series are left out"
     );
     // Series discovery, then one query each for CPU, memory peaks and OOM kills.
-    assert_eq!(usage.queries, 4);
+    assert_eq!(usage.queries, 5);
     for (k, base, mib) in [
         (key("shop", "web-1", "app"), 0.4, 300.0),
         (key("shop", "web-2", "app"), 0.6, 500.0),
@@ -207,7 +207,123 @@ async fn a_namespace_filter_reads_only_those_namespaces() {
         usage.containers.keys().collect::<Vec<_>>(),
         vec![&key("batch", "job-x", "worker")]
     );
-    assert_eq!(usage.queries, 4);
+    assert_eq!(usage.queries, 5);
+}
+
+/// The share of CFS periods throttled is read per hour for the containers that have the
+/// counters, and a container throttled that way keeps its CPU limit when its request falls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_is_read_per_hour_and_keeps_a_throttled_containers_limit() {
+    use tailor::rightsizing::{ContainerHistory, Context, Policy, Requests, recommend};
+    let start = (jiff::Timestamp::now().as_second() - 6 * 3600) / 3600 * 3600;
+    let hours = 4;
+    let mut om = String::from("# TYPE container_cpu_usage_seconds counter\n");
+    let labels = |pod: &str| format!("namespace=\"shop\",pod=\"{pod}\",container=\"app\"");
+    for pod in ["limited", "free"] {
+        for m in 0..=hours * 60 {
+            let _ = writeln!(
+                om,
+                "container_cpu_usage_seconds_total{{{}}} {} {}",
+                labels(pod),
+                0.3 * 60.0 * m as f64,
+                start + m * 60
+            );
+        }
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for pod in ["limited", "free"] {
+        for m in 0..=hours * 60 {
+            let _ = writeln!(
+                om,
+                "container_memory_working_set_bytes{{{}}} {} {}",
+                labels(pod),
+                200.0 * MIB,
+                start + m * 60
+            );
+        }
+    }
+    // 100 ms periods: 600 a minute; "limited" is throttled in 30% of them for three
+    // hours, then not at all.
+    om.push_str("# TYPE container_cpu_cfs_periods counter\n");
+    for m in 0..=hours * 60 {
+        let _ = writeln!(
+            om,
+            "container_cpu_cfs_periods_total{{{}}} {} {}",
+            labels("limited"),
+            600 * m,
+            start + m * 60
+        );
+    }
+    om.push_str("# TYPE container_cpu_cfs_throttled_periods counter\n");
+    for m in 0..=hours * 60 {
+        let throttled = 180 * m.min(3 * 60);
+        let _ = writeln!(
+            om,
+            "container_cpu_cfs_throttled_periods_total{{{}}} {throttled} {}",
+            labels("limited"),
+            start + m * 60
+        );
+    }
+    om.push_str("# EOF\n");
+    let server = start_prometheus(&om).await;
+    let source =
+        PrometheusSource::new(PrometheusSettings::new(&server.url)).expect("source builds");
+    let usage = source
+        .usage(&UsageQuery {
+            namespaces: Vec::new(),
+            start,
+            end: start + hours * 3600,
+            step: 60,
+        })
+        .await
+        .expect("usage reads");
+    let limited = &usage.containers[&key("shop", "limited", "app")].throttled;
+    let free = &usage.containers[&key("shop", "free", "app")].throttled;
+    assert!(free.is_empty(), "{free:?}");
+    let shares: Vec<f64> = limited.iter().map(|(_, s)| *s).collect();
+    assert!(
+        shares.iter().filter(|s| (0.25..=0.35).contains(*s)).count() >= 2
+            && shares.iter().any(|s| *s < 0.01),
+        "{limited:?}"
+    );
+    // The hours read tell the recommender the container was throttled: its 600m limit
+    // stays although its request falls from 1 core to about 300m.
+    let policy = Policy::default();
+    let mut history = ContainerHistory::new(&policy, start);
+    for (t, v) in &usage.containers[&key("shop", "limited", "app")].cpu {
+        history.add_cpu(*t, *v);
+    }
+    for (_, share) in limited {
+        history.note_throttling(*share);
+    }
+    let deployed = Requests {
+        cpu: Some(1000),
+        memory: None,
+        cpu_limit: Some(600),
+        memory_limit: None,
+    };
+    let r = recommend(
+        &history,
+        deployed,
+        &policy,
+        &Context::default(),
+        start + hours * 3600,
+    );
+    assert!(r.recommended.cpu.is_some_and(|c| c < 1000), "{r:?}");
+    assert_eq!(r.recommended.cpu_limit, Some(600), "{:?}", r.reasons);
+    // Without the throttling read, the limit follows the request down.
+    let mut unthrottled = ContainerHistory::new(&policy, start);
+    for (t, v) in &usage.containers[&key("shop", "limited", "app")].cpu {
+        unthrottled.add_cpu(*t, *v);
+    }
+    let r = recommend(
+        &unthrottled,
+        deployed,
+        &policy,
+        &Context::default(),
+        start + hours * 3600,
+    );
+    assert!(r.recommended.cpu_limit.is_some_and(|l| l < 600), "{r:?}");
 }
 
 #[tokio::test]
@@ -484,7 +600,7 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
             .iter()
             .any(|r| r.as_str().is_some_and(|s| s.contains("OOM")))
     );
-    assert_eq!(report["summary"]["prometheusQueries"], 4);
+    assert_eq!(report["summary"]["prometheusQueries"], 5);
     assert_eq!(report["summary"]["containers"], 2);
 }
 
@@ -963,8 +1079,9 @@ async fn implausible_samples_are_dropped_and_counted() {
     let source = PrometheusSource::new(PrometheusSettings::new(&url)).expect("source builds");
     let mut usage = tailor::usage::Usage::default();
     let stats = source.read(&q, &mut usage).await.expect("reads");
-    // CPU and memory drop four of five samples each; OOM kills only the non-finite two.
-    assert_eq!(stats.rejected_samples, 4 + 4 + 2, "{stats:?}");
+    // CPU, memory and throttling (a share, 0..1) drop four of five samples each; OOM kills
+    // only the non-finite two.
+    assert_eq!(stats.rejected_samples, 4 + 4 + 4 + 2, "{stats:?}");
     let app = &usage.containers[&key("shop", "web-1", "app")];
     assert_eq!(app.cpu, vec![(t, 0.5)]);
     assert_eq!(app.memory, vec![(t - 3600, 0.5)]);
@@ -1127,7 +1244,7 @@ async fn a_read_records_each_request_its_failures_by_kind_and_the_age_of_the_new
     };
     source.usage(&query).await.expect("usage reads");
     let text = metrics.render();
-    for q in ["series", "cpu", "memory", "oom_kills"] {
+    for q in ["series", "cpu", "memory", "oom_kills", "throttling"] {
         let count = format!("tailor_prometheus_query_duration_seconds_count{{query=\"{q}\"}}");
         assert_eq!(series_value(&text, &count), 1.0, "{q}");
         let errors =

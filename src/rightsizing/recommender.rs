@@ -101,7 +101,8 @@ const PHASE_FACTOR: f64 = 8.0;
 const PHASE_MIN_SHARE: f64 = 0.01;
 /// The request covers this percentile of the running phase's windows.
 const PHASE_PERCENTILE: f64 = 0.5;
-/// A minute counts as throttled when at least this share of its CFS periods was.
+/// A minute (or an hour read from Prometheus) counts as throttled when at least this share
+/// of its CFS periods was.
 const THROTTLED_MINUTE_SHARE: f64 = 0.01;
 /// A container throttled in at least this share of its minutes is a throttled container:
 /// its CPU limit is never lowered.
@@ -298,6 +299,16 @@ impl ContainerHistory {
         self.cpu_phases
             .get_or_insert_with(|| WindowMeans::new(PHASE_WINDOW_SECONDS, half_life, t))
             .add(t, cores);
+    }
+
+    /// Counts an interval (a minute, or an hour as read from Prometheus) in which
+    /// `share` (0..1) of the container's CFS periods were throttled, without a CPU sample:
+    /// the usage source already folds throttling into the CPU it reads.
+    pub fn note_throttling(&mut self, share: f64) {
+        if share.is_finite() {
+            self.metered_samples += 1;
+            self.throttled_samples += u64::from(share >= THROTTLED_MINUTE_SHARE);
+        }
     }
 
     /// The share of CPU samples with throttling counters that were throttled, if any had

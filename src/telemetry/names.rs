@@ -407,6 +407,8 @@ vocabulary!(
         Memory => "memory",
         /// OOM kills (a range query).
         OomKills => "oom_kills",
+        /// Share of CFS periods throttled per interval (a range query).
+        Throttling => "throttling",
         /// The cost report's series: requests, owners, nodes and usage per step.
         Report => "report",
     }

@@ -46,6 +46,9 @@ pub struct ContainerUsage {
     pub oom_kills: Vec<i64>,
     /// Seconds each memory peak covers (0 until a peak is read).
     pub memory_interval: i64,
+    /// Share of CFS periods throttled per memory interval: (interval start, 0..1); empty
+    /// for a container without a CPU limit.
+    pub throttled: Vec<(i64, f64)>,
 }
 
 /// What to read.
@@ -140,6 +143,9 @@ pub trait UsageSink {
     fn memory_peaks(&mut self, key: &ContainerKey, interval: i64, peaks: &[(i64, f64)]);
     /// An OOM kill of the container within the `interval` seconds before `at`.
     fn oom_kill(&mut self, key: &ContainerKey, at: i64, interval: i64);
+    /// The share (0..1) of CFS periods throttled per interval of `interval` seconds, keyed
+    /// by the interval's start, for a container with a CPU limit. Ignored by default.
+    fn throttling(&mut self, _key: &ContainerKey, _interval: i64, _shares: &[(i64, f64)]) {}
 }
 
 /// Usage read for a query, collected in memory (for tests and small reads).
@@ -168,6 +174,11 @@ impl UsageSink for Usage {
         if !c.oom_kills.contains(&at) {
             c.oom_kills.push(at);
         }
+    }
+
+    fn throttling(&mut self, key: &ContainerKey, _interval: i64, shares: &[(i64, f64)]) {
+        let c = self.containers.entry(key.clone()).or_default();
+        c.throttled.extend_from_slice(shares);
     }
 }
 

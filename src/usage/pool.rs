@@ -274,6 +274,16 @@ impl UsageSink for Pool<'_> {
         }
     }
 
+    fn throttling(&mut self, key: &ContainerKey, _interval: i64, shares: &[(i64, f64)]) {
+        let after = self.after;
+        let Some(e) = self.entry(key) else { return };
+        for (t, share) in shares {
+            if after.is_none_or(|a| *t > a) {
+                e.history.note_throttling(*share);
+            }
+        }
+    }
+
     fn oom_kill(&mut self, key: &ContainerKey, at: i64, interval: i64) {
         let Some(e) = self.entry(key) else { return };
         if !e.ooms.iter().any(|o| o.at == at) {

@@ -144,6 +144,8 @@ pub enum Metric {
     Memory,
     /// OOM kills per interval.
     Oom,
+    /// Share of CFS periods throttled per interval, for containers with a CPU limit.
+    Throttling,
 }
 
 /// One range query of a read.
@@ -542,6 +544,35 @@ impl PrometheusSource {
                 });
             }
         }
+        // Throttling: the share of CFS periods throttled in each interval, for the
+        // containers that have the counters (a CPU limit), so a throttled container's
+        // limit is never lowered. Hourly, like memory, so it adds a query per memory one.
+        for group in groups(containers, budget(mem_points)) {
+            let increase = |metric: &'static str| {
+                let union = self.union(query, &group, |sel| {
+                    format!(
+                        "increase({}[{}s])",
+                        self.selector(metric, "", sel),
+                        interval - 1
+                    )
+                });
+                format!("sum by ({by}) ({union})")
+            };
+            let promql = format!(
+                "{} / ({} > 0)",
+                increase("container_cpu_cfs_throttled_periods_total"),
+                increase("container_cpu_cfs_periods_total"),
+            );
+            for (s, e) in &mem_chunks {
+                out.push(PlannedQuery {
+                    metric: Metric::Throttling,
+                    promql: promql.clone(),
+                    start: *s,
+                    end: *e,
+                    step: interval,
+                });
+            }
+        }
         // OOM kills: a restart in the interval while the last termination was OOMKilled.
         // The answer holds only containers that were killed, so one query covers all.
         let m = self.matchers(&query.namespaces, None);
@@ -757,6 +788,7 @@ impl PrometheusSource {
             Metric::Cpu => PrometheusQuery::Cpu,
             Metric::Memory => PrometheusQuery::Memory,
             Metric::Oom => PrometheusQuery::OomKills,
+            Metric::Throttling => PrometheusQuery::Throttling,
         };
         self.call(kind, "/api/v1/query_range", &form, &q.promql)
             .await
@@ -945,6 +977,7 @@ impl UsageSource for PrometheusSource {
                     Metric::Cpu => super::plausible_cpu,
                     Metric::Memory => super::plausible_memory,
                     Metric::Oom => f64::is_finite,
+                    Metric::Throttling => |v: f64| (0.0..=1.0).contains(&v),
                 };
                 // Prometheus writes values as strings; "NaN" and "+Inf" arrive as such and
                 // are counted with the other implausible samples.
@@ -957,7 +990,7 @@ impl UsageSource for PrometheusSource {
                     }
                 }
                 stats.samples += buf.len() as u64;
-                if metric != Metric::Oom {
+                if matches!(metric, Metric::Cpu | Metric::Memory) {
                     newest = newest.max(buf.iter().map(|(t, _)| *t).max());
                 }
                 match metric {
@@ -972,6 +1005,12 @@ impl UsageSource for PrometheusSource {
                         for (t, _) in &buf {
                             sink.oom_kill(&key, *t, interval);
                         }
+                    }
+                    Metric::Throttling => {
+                        for p in &mut buf {
+                            p.0 -= interval;
+                        }
+                        sink.throttling(&key, interval, &buf);
                     }
                 }
             }
@@ -1076,6 +1115,7 @@ mod tests {
         let count = |m: Metric| plan.iter().filter(|p| p.metric == m).count();
         assert_eq!(count(Metric::Oom), 1);
         assert!(count(Metric::Memory) <= 2, "{}", count(Metric::Memory));
+        assert_eq!(count(Metric::Throttling), count(Metric::Memory));
         // Throttling is read in the CPU queries themselves: no extra query.
         assert!(plan.iter().filter(|p| p.metric == Metric::Cpu).all(|p| {
             p.promql
