@@ -367,6 +367,7 @@ apiVersion: tailor.sh/v1alpha1
 kind: RightsizingPolicy
 metadata: {name: default, namespace: tailor}
 spec:
+  profile: CostFirst
   update: {maxStepFraction: 1.0}
 ---
 apiVersion: apps/v1
@@ -489,26 +490,29 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
     assert_eq!(web["container"], "app");
     assert_eq!(web["current"]["requests"]["cpu"], "2");
 
-    // CPU: 5-minute mean usage every 5 minutes, decay-weighted (the web's over both
-    // replicas). The floor is the default policy's percentile (the median), raised to the
-    // burst percentile (99th) over the burst headroom if that at most doubles it (no CPU
-    // margin by default).
-    let defaults = tailor::rightsizing::Policy::default();
+    // CPU: the usage of every minute (read with irate at the default 1-minute step),
+    // decay-weighted (the web's over both replicas). The floor is the policy's percentile
+    // (the median), raised to the burst percentile (99th) over the burst headroom if that
+    // at most doubles it (no CPU margin by default).
+    let defaults = tailor::rightsizing::Policy::from_spec(&tailor::apis::RightsizingPolicySpec {
+        profile: tailor::apis::Profile::CostFirst,
+        ..Default::default()
+    })
+    .expect("the snapshot's policy");
     let (burst_p, headroom) = defaults
         .cpu_burst
         .expect("the burst guard is on by default");
     let start = f.end - 2 * DAY;
-    let five_minute_means = |bases: &[f64]| -> Vec<(i64, f64)> {
+    let minutes = |bases: &[f64]| -> Vec<(i64, f64)> {
         let mut cpu = Vec::new();
         for base in bases {
-            for t in (start + 300..=f.end).step_by(300) {
-                let mean: f64 = (0..5).map(|i| cpu_at(*base, t - i * 60)).sum::<f64>() / 5.0;
-                cpu.push((t, mean));
+            for t in (start + 60..=f.end).step_by(60) {
+                cpu.push((t, cpu_at(*base, t)));
             }
         }
         cpu
     };
-    let fleet = [five_minute_means(&[0.4, 0.6]), five_minute_means(&[1.0])];
+    let fleet = [minutes(&[0.4, 0.6]), minutes(&[1.0])];
     let floor = |cpu: &[(i64, f64)]| {
         let body = weighted_percentile(cpu, start, defaults.cpu_percentiles.0);
         let burst = weighted_percentile(cpu, start, burst_p) / headroom;
@@ -518,11 +522,12 @@ async fn tailor_recommend_matches_values_computed_from_the_generated_samples() {
             body
         }
     };
-    // Above the floor, both containers (the policy's fleet) are sized under one price on
-    // a starved share: each request is the level minimising its decay-weighted waste in
-    // cores plus the price times its share of samples above, and the price is the lowest
-    // at which the fleet (each container weighing by its samples) leaves at most the
-    // default budget (7.25%) of its samples above. Found exactly here over the samples'
+    // Above the floor, both containers (the policy's fleet, under the snapshot's CostFirst
+    // profile) are sized under one price on a starved share: each request is the level
+    // minimising its decay-weighted waste in cores plus the price times its share of
+    // samples above, and the price is the lowest at which the fleet (each container
+    // weighing by its samples) leaves at most the profile's budget (7.25%) of its samples
+    // above. Found exactly here over the samples'
     // own values; Tailor finds it over 5% buckets.
     let level = |cpu: &[(i64, f64)], price: f64| {
         let lowest = floor(cpu);

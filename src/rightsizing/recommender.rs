@@ -2689,7 +2689,7 @@ mod tests {
         };
         assert_eq!(cpu_starvation_price(&fleet, &off), None);
         let empty: [ContainerHistory; 0] = [];
-        assert_eq!(cpu_starvation_price(&empty, &Policy::default()), None);
+        assert_eq!(cpu_starvation_price(&empty, &cost_first()), None);
         // A budget no level can meet (the percentile floor starves 30%) prices at the top.
         let tight = Policy {
             cpu_starvation_budget: 1e-9,
@@ -2719,11 +2719,12 @@ mod tests {
     #[test]
     fn the_starvation_price_counts_what_a_policy_ceiling_starves() {
         // A daily cycle between 0.5 and 1 core; a ceiling of 600m starves most of it.
+        // The fleet price is the cost-first profile's (the Balanced one sets no budget).
         let fleet = [cpu_history(2, 0.5, 1.0, None)];
-        let open = Policy::default();
+        let open = cost_first();
         let capped = Policy {
             cpu_bounds: (None, Some(600)),
-            ..Policy::default()
+            ..cost_first()
         };
         let free = cpu_starvation_price(&fleet, &open).expect("a price");
         let forced = cpu_starvation_price(&fleet, &capped).expect("a price");
