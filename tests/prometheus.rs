@@ -1256,7 +1256,8 @@ async fn a_read_records_each_request_its_failures_by_kind_and_the_age_of_the_new
             format!("tailor_prometheus_query_errors_total{{query=\"{q}\",kind=\"timeout\"}}");
         assert_eq!(series_value(&text, &errors), 0.0, "{q}");
     }
-    // rate() over 5 minutes still has two samples up to 4 minutes after the last one.
+    // irate over 2 minutes still finds the last two counter samples up to 2 minutes after
+    // the last one: the newest usage read is about an hour old.
     let age = series_value(&text, "tailor_usage_data_age_seconds");
     assert!((3000.0..=3600.0).contains(&age), "data age {age}");
 

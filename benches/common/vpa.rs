@@ -272,25 +272,7 @@ async fn install_crds(client: &Client, yaml: &Path) {
             Err(e) => panic!("creating CRD {:?}: {e}", crd.metadata.name),
         }
     }
-    control_plane::eventually(
-        Duration::from_secs(60),
-        "VPA's CRDs established",
-        || async {
-            for name in &names {
-                let crd = api.get(name).await.ok()?;
-                let established = crd
-                    .status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                if !established {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
+    control_plane::wait_established(client, &names, Duration::from_secs(60)).await;
 }
 
 fn node_count(pods: usize) -> usize {

@@ -17,8 +17,9 @@
 //!   happened: a timeout with its length, an HTML page where the API was expected, a
 //!   body too large, Prometheus' own error.
 //!
-//! A 14-day read of 10,000 containers at the default 5-minute CPU step takes 25 queries;
-//! KRR's one query per 50 pods and resource takes 400.
+//! A 14-day read of 10,000 containers takes 118 queries at the default 1-minute CPU step
+//! (27 at a 5-minute step); KRR's one query per 50 pods and resource takes 400. The agent
+//! reads the whole window once, then only what is new.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -104,7 +105,7 @@ pub struct PrometheusSettings {
 }
 
 impl PrometheusSettings {
-    /// Defaults for a URL: 30 s timeout, 256 MiB answers, rate windows of at least 2 minutes, hourly
+    /// Defaults for a URL: 30 s timeout, 256 MiB answers, 2-minute `irate` windows, hourly
     /// memory peaks, 2M points per query, 4 queries at once, 3 retries.
     pub fn new(url: &str) -> Self {
         PrometheusSettings {

@@ -191,22 +191,7 @@ impl ControlPlane {
             .into_iter()
             .filter_map(|c| c.metadata.name)
             .collect();
-        eventually(Duration::from_secs(30), "CRDs established", || async {
-            for name in &names {
-                let crd = api.get(name).await.ok()?;
-                let established = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                if !established {
-                    return None;
-                }
-            }
-            Some(())
-        })
-        .await;
+        wait_established(&self.client, &names, Duration::from_secs(30)).await;
         self.wait_for_watch_caches().await;
     }
 
@@ -483,6 +468,29 @@ pub async fn create_value(client: &Client, value: serde_json::Value) -> Result<(
         .await
         .map(|_| ())
         .map_err(|e| format!("creating {kind} {:?}: {e}", object.metadata.name))
+}
+
+/// Waits until every CRD named in `names` is `Established`: the API server serves its
+/// resources. Panics after `within`.
+#[allow(dead_code)] // not every test binary installs CRDs of its own
+pub async fn wait_established(client: &Client, names: &[String], within: Duration) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    eventually(within, "CRDs established", || async {
+        for name in names {
+            let crd = api.get(name).await.ok()?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if !established {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
 }
 
 /// Polls `probe` every 250 ms until it returns `Some`, failing the test after `timeout`.
