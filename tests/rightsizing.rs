@@ -1820,3 +1820,71 @@ async fn in_rolling_restart_mode_the_pod_template_gets_the_requests_and_the_depl
         "{metrics}"
     );
 }
+
+/// A container throttled by its CPU limit keeps that limit when its request falls: the
+/// agent reads the throttled share of CFS periods from Prometheus, and the Recommendation
+/// says why the limit was kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_containers_cpu_limit_is_kept_when_its_request_falls() {
+    let _serial = SERIAL.lock().await;
+    // Request and limit 500m; 300m of usage a minute for three days, throttled in a third
+    // of its 100 ms periods.
+    let end = jiff::Timestamp::now().as_second() / 60 * 60 - 60;
+    let labels = r#"namespace="default",pod="limited-5d8f7c9b4-abcde",container="app""#;
+    let mut om = String::new();
+    for (metric, per_minute) in [
+        ("container_cpu_usage_seconds", 0.3 * 60.0),
+        ("container_cpu_cfs_periods", 600.0),
+        ("container_cpu_cfs_throttled_periods", 200.0),
+    ] {
+        let _ = writeln!(om, "# TYPE {metric} counter");
+        let mut total = 0.0;
+        for t in (end - 3 * DAY..=end).step_by(60) {
+            total += per_minute;
+            let _ = writeln!(om, "{metric}_total{{{labels}}} {total} {t}");
+        }
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for t in (end - 3 * DAY..=end).step_by(60) {
+        let _ = writeln!(
+            om,
+            "container_memory_working_set_bytes{{{labels}}} {} {t}",
+            200.0 * MIB
+        );
+    }
+    om.push_str("# EOF\n");
+    let prometheus = start_prometheus(&om).await;
+    let cp = ControlPlane::start().await;
+    let limited = deployment("default", "limited", 1, "500m", "1Gi").replace(
+        r#"resources: {requests: {cpu: "500m", memory: "1Gi"}}"#,
+        r#"resources: {requests: {cpu: "500m", memory: "1Gi"}, limits: {cpu: 500m}}"#,
+    );
+    cp.apply_yaml(&[NODE.to_string(), limited].join("\n---\n"))
+        .await;
+    wait_pods_running(&cp, "default", 1).await;
+    let flags = agent_flags(&prometheus, "1h");
+    let agent = Agent::start(&cp, "agent-a", &as_strs(&flags));
+    agent.wait_ready().await;
+    let r = eventually(
+        Duration::from_secs(60),
+        "limited's Recommendation",
+        || async {
+            let r = recommendation(&cp, "default", "deployment-limited").await?;
+            (condition(&r, "Ready") == Some("True")).then_some(r)
+        },
+    )
+    .await;
+    let c = &r.status.as_ref().expect("status").containers[0];
+    let cpu = millicores(&c.recommended.requests["cpu"].0);
+    let limit = millicores(&c.recommended.limits["cpu"].0);
+    // The request falls towards the demand the throttling shows (300m used, a third of
+    // the periods throttled: about 350m); the ratio would take the limit down with it,
+    // but it stays.
+    assert!(cpu < 450, "request {cpu}m: {:?}", c.reasons);
+    assert_eq!(limit, 500, "limit {limit}m: {:?}", c.reasons);
+    assert!(
+        c.reasons.iter().any(|x| x.contains("never lowered")),
+        "{:?}",
+        c.reasons
+    );
+}
