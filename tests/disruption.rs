@@ -496,6 +496,34 @@ fn recent_pod_changes_wait_for_consolidate_after() {
 }
 
 #[test]
+fn the_controller_looks_again_when_the_first_blocking_wait_ends() {
+    // a's pod started an hour ago and its pool waits 2h after a pod change: a's wait ends
+    // in an hour, before anything else (both nodes expire after 720h).
+    let yaml = format!(
+        "{POOL}{}{}{}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "1", "")
+    )
+    .replace("consolidateAfter: 5m", "consolidateAfter: 2h");
+    let mut cluster = cluster_of(&yaml);
+    assert_eq!(cluster.next_wait_end(), Some(NOW + 3600));
+    // Then a is no longer held by consolidateAfter, and the next end is the expiry.
+    cluster.now = NOW + 3600;
+    let r = disruption::evaluate(&cluster, &Settings::default());
+    assert!(
+        r.blocked
+            .iter()
+            .all(|b| !b.reason.contains("consolidateAfter")),
+        "{r:#?}"
+    );
+    assert_eq!(cluster.next_wait_end(), Some(NOW - 10 * 3600 + 720 * 3600));
+    // A pool that never consolidates still expires its nodes; nothing left: no wait.
+    cluster.now = NOW + 720 * 3600;
+    assert_eq!(cluster.next_wait_end(), None);
+}
+
+#[test]
 fn budgets_cap_disruptions_and_a_scheduled_budget_applies_only_in_its_window() {
     let mut yaml = POOL.replace("budgets: [{nodes: '100%'}]", "budgets: [{nodes: '1'}]");
     for i in 0..3 {

@@ -114,9 +114,10 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     // lead, and written as it grows.
     let mut leading = false;
     let mut saved: Option<i64> = None;
-    // The stores' generation and the time of the last pass that found nothing to do, and
-    // the generation the last summary (the reports and metrics) was made on.
-    let mut consolidated: Option<(u64, Timestamp)> = None;
+    // The stores' generation, the time of the last pass that found nothing to do and when
+    // the first wait blocking a node then ends (unix seconds), and the generation the last
+    // summary (the reports and metrics) was made on.
+    let mut consolidated: Option<(u64, Timestamp, Option<i64>)> = None;
     let mut summarized_on: Option<u64> = None;
     // The pods as last read, so a pass reads only those that changed.
     let mut pods = crate::scheduling::PodMemo::default();
@@ -171,8 +172,10 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         // summary (recommend-only pools' reports, the savings metrics) is still made once on
         // the changed cluster, when it is due.
         let generation = ctx.state.generation();
-        if consolidated.is_some_and(|(g, at)| {
-            g == generation && now.duration_since(at) < timers.consolidated_recheck
+        if consolidated.is_some_and(|(g, at, wake)| {
+            g == generation
+                && now.duration_since(at) < timers.consolidated_recheck
+                && wake.is_none_or(|w| now.as_second() < w)
         }) && summarized_on == Some(generation)
         {
             continue;
@@ -230,7 +233,9 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             decide(&ctx, &mut cluster, &modes)
         };
         if decision.is_none() {
-            consolidated = Some((generation, now));
+            // Looked at again when the first wait that blocks a node ends (a node's quiet
+            // time after its pods moved), not only at the periodic re-check.
+            consolidated = Some((generation, now, cluster.next_wait_end()));
         }
         if let Some(decision) = validation.offer(now, decision)
             && let Err(e) = start(&ctx, &snapshot, &cluster, &decision, now).await
