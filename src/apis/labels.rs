@@ -65,6 +65,12 @@ pub const UNREGISTERED_TAINT_KEY: &str = "tailor.sh/unregistered";
 /// the nodes of one batch back until all of them have appeared (or a short hold expires), so
 /// kube-scheduler sees the planned nodes together and binds pods where the plan put them.
 pub const LAUNCH_BATCH_ANNOTATION: &str = "tailor.sh/launch-batch";
+/// Annotation on a NodeClaim the provisioner created: the pending pods (`namespace/name`,
+/// comma-separated) its plan put on the node. kube-scheduler clears a pod's nomination each
+/// time it fails to place it, which it does while the node is still booting, so
+/// registration nominates the pods still waiting again just before the node turns
+/// schedulable: kube-scheduler then tries that node first and keeps its room for them.
+pub const PLANNED_PODS_ANNOTATION: &str = "tailor.sh/planned-pods";
 
 /// Annotation on a NodeClaim bought ahead of the growth the requests' cycle expects rather
 /// than for pending pods (`provisioning::headroom`): what it was bought for.

@@ -119,6 +119,11 @@ pub struct Timers {
     /// How long a pod planned onto an existing node, or reported in recommend-only mode, is
     /// left alone before it is planned again.
     pub provisioning_cover: SignedDuration,
+    /// How long a pod planned onto a new node is left to kube-scheduler once that node is
+    /// initialized. kube-scheduler binds within a second or two of a node turning Ready;
+    /// a pod still pending after this was left out (others took its room) and is planned
+    /// again at once, rather than after the full [`Timers::provisioning_cover`].
+    pub provisioning_bind_grace: SignedDuration,
     /// How often capacity for the expected growth is looked at while the cluster changes.
     pub headroom_every: SignedDuration,
 }
@@ -131,6 +136,7 @@ impl Default for Timers {
             disruption_summary: SignedDuration::from_secs(30),
             consolidated_recheck: SignedDuration::from_secs(300),
             provisioning_cover: SignedDuration::from_secs(20),
+            provisioning_bind_grace: SignedDuration::from_secs(2),
             headroom_every: SignedDuration::from_secs(30),
         }
     }
@@ -150,6 +156,7 @@ impl Timers {
             disruption_summary: signed(d.disruption_summary),
             consolidated_recheck: signed(d.consolidated_recheck),
             provisioning_cover: signed(d.provisioning_cover),
+            provisioning_bind_grace: signed(d.provisioning_bind_grace),
             headroom_every: signed(d.headroom_every),
         }
     }

@@ -108,6 +108,14 @@ impl Round {
                 .unwrap_or(now),
         )
     }
+
+    /// Until when a pod whose new node was seen initialized `now` is left to kube-scheduler.
+    fn bind_grace_until(&self, now: Timestamp) -> Target {
+        Target::Until(
+            now.checked_add(self.timers.provisioning_bind_grace)
+                .unwrap_or(now),
+        )
+    }
 }
 
 /// Runs the provisioner until aborted.
@@ -393,8 +401,9 @@ fn key(pod: &Pod) -> String {
 /// away) opens or extends the batch.
 fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now: Timestamp) {
     // A claim covers its pods while it launches. Once its node is initialized the pods
-    // get one cover period to be bound; after that, a pod still pending (kube-scheduler
-    // filled the node with others) is planned again.
+    // get a short grace to be bound; after that, a pod still pending (kube-scheduler
+    // filled the node with others) is planned again: onto a node with room if there is
+    // one, else onto a new node, so a straggler waits seconds rather than a cover period.
     let launching: BTreeSet<String> = claims
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -407,7 +416,7 @@ fn observe(round: &mut Round, pods: &[Arc<Pod>], claims: &[Arc<NodeClaim>], now:
         .map(|c| c.name_any())
         .collect();
     let known: BTreeSet<String> = claims.iter().map(|c| c.name_any()).collect();
-    let cover = round.cover_until(now);
+    let cover = round.bind_grace_until(now);
     for target in round.covered.values_mut() {
         let Target::Claim { name, seen, .. } = target else {
             continue;
@@ -1036,6 +1045,10 @@ async fn act<C: CloudProvider>(
                     labels::LAUNCH_BATCH_ANNOTATION.to_string(),
                     batch.to_string(),
                 );
+                claim.annotations_mut().insert(
+                    labels::PLANNED_PODS_ANNOTATION.to_string(),
+                    planned.pods.join(","),
+                );
                 for pod in &planned.pods {
                     // The node is named after its claim when it registers.
                     nominations.push((pod.as_str(), claim.name_any()));
@@ -1157,7 +1170,7 @@ fn placed_pool<'a>(
 
 /// Tells kube-scheduler where each planned pod is meant to land (a few writes at a time).
 /// A failed nomination only costs placement quality, so it is logged, not retried.
-async fn nominate<C: CloudProvider>(ctx: &Context<C>, nominations: &[(&str, String)]) {
+pub(crate) async fn nominate<C: CloudProvider>(ctx: &Context<C>, nominations: &[(&str, String)]) {
     use futures::StreamExt;
     futures::stream::iter(nominations)
         .for_each_concurrent(32, |(pod, node)| async move {
@@ -1285,6 +1298,21 @@ mod tests {
         )
     }
 
+    fn initialized(name: &str) -> Arc<NodeClaim> {
+        let mut c = (*claim(name)).clone();
+        c.status = Some(crate::apis::NodeClaimStatus {
+            conditions: vec![super::super::nodeclaim::condition(
+                crate::apis::nodeclaim::condition::INITIALIZED,
+                true,
+                "Initialized",
+                "",
+                t(0),
+            )],
+            ..Default::default()
+        });
+        Arc::new(c)
+    }
+
     fn created_for(round: &mut Round, pod: &str, name: &str, at: Timestamp) {
         round.covered.insert(
             format!("shop/{pod}"),
@@ -1331,6 +1359,47 @@ mod tests {
         // Nothing planned at the last look (pods were pending): 30 s, changed or not.
         round.headroom_at = Some((t(0), None));
         assert_eq!(next_wake(&round, true, 7), Some(t(30)));
+    }
+
+    #[test]
+    fn a_pod_left_out_when_its_new_node_is_initialized_is_planned_again_after_the_bind_grace() {
+        let timers = super::super::Timers::default();
+        let pods = [pending("web-1"), pending("web-2")];
+        let mut round = Round {
+            timers,
+            ..Round::default()
+        };
+        created_for(&mut round, "web-1", "default-aaaaa", t(0));
+        created_for(&mut round, "web-2", "default-bbbbb", t(0));
+        // Both claims launching: both pods wait for them.
+        observe(
+            &mut round,
+            &pods,
+            &[claim("default-aaaaa"), claim("default-bbbbb")],
+            t(4),
+        );
+        assert!(round.uncovered.is_empty(), "{:?}", round.uncovered);
+        // a's node is initialized at 8; web-1 is left to kube-scheduler for the grace.
+        let claims = [initialized("default-aaaaa"), claim("default-bbbbb")];
+        observe(&mut round, &pods, &claims, t(8));
+        assert!(round.uncovered.is_empty(), "{:?}", round.uncovered);
+        let grace = timers.provisioning_bind_grace.as_secs();
+        assert!(grace < timers.provisioning_cover.as_secs());
+        observe(&mut round, &pods, &claims, t(8 + grace - 1));
+        assert!(round.uncovered.is_empty(), "{:?}", round.uncovered);
+        // Still pending after the grace: kube-scheduler gave its room to another pod. It is
+        // planned again now, long before a cover period; web-2's node is still launching.
+        observe(&mut round, &pods, &claims, t(8 + grace));
+        assert_eq!(round.uncovered, BTreeSet::from(["shop/web-1".to_string()]));
+        // ... in a batch that closes after the idle window.
+        assert!(
+            round
+                .batcher
+                .deadline()
+                .is_some_and(|d| d <= t(8 + grace + 10)),
+            "{:?}",
+            round.batcher.deadline()
+        );
     }
 
     #[test]

@@ -382,6 +382,17 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             }
         }
         let ctx = &ctx;
+        if !registrations.is_empty() {
+            let pods = ctx.state.pods.state();
+            let waiting =
+                registration::waiting_for(registrations.iter().map(|(c, n)| (&**c, &**n)), &pods);
+            drop(pods);
+            let nominations: Vec<(&str, String)> = waiting
+                .iter()
+                .map(|(pod, node)| (pod.as_str(), node.clone()))
+                .collect();
+            crate::controllers::provisioning::nominate(ctx, &nominations).await;
+        }
         futures::future::join_all(registrations.into_iter().map(|(claim, node)| async move {
             let started = std::time::Instant::now();
             let result = registration::register(ctx, &claim, &node, now).await;

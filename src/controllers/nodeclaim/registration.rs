@@ -36,6 +36,43 @@ pub fn registered_taints(claim: &NodeClaim, node: &Node) -> Vec<Taint> {
     taints
 }
 
+/// The pods to nominate before `registering` nodes turn schedulable: of each claim's planned
+/// pods ([`labels::PLANNED_PODS_ANNOTATION`]), those still unbound and not nominated to the
+/// claim's node (kube-scheduler cleared the nomination while the node booted), as
+/// (`namespace/name`, node). Pure.
+pub fn waiting_for<'a>(
+    registering: impl IntoIterator<Item = (&'a NodeClaim, &'a Node)>,
+    pods: &[std::sync::Arc<k8s_openapi::api::core::v1::Pod>],
+) -> Vec<(String, String)> {
+    let mut planned: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    for (claim, node) in registering {
+        if let Some(list) = claim.annotations().get(labels::PLANNED_PODS_ANNOTATION) {
+            for key in list.split(',').filter(|k| !k.is_empty()) {
+                planned.insert(key, node.name_any());
+            }
+        }
+    }
+    if planned.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<(String, String)> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.spec.as_ref().is_none_or(|s| s.node_name.is_none()))
+        .filter_map(|p| {
+            let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+            let node = planned.get(key.as_str())?;
+            let nominated = p
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_ref());
+            (nominated != Some(node)).then(|| (key, node.clone()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Adopts the Node and marks the claim registered.
 pub async fn register<C: CloudProvider>(
     ctx: &Context<C>,
@@ -106,6 +143,42 @@ pub async fn register<C: CloudProvider>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_planned_on_a_registering_node_and_still_waiting_are_nominated_to_it_again() {
+        let claim: NodeClaim = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: NodeClaim\nmetadata:\n  name: c\n  annotations: {tailor.sh/planned-pods: 'shop/a,shop/b,shop/c,shop/d'}\nspec:\n  nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n",
+        )
+        .expect("claim");
+        let node: Node = serde_yaml::from_str("metadata: {name: node-c}\n").expect("node");
+        let pod = |name: &str, extra: &str| {
+            std::sync::Arc::new(
+                serde_yaml::from_str::<k8s_openapi::api::core::v1::Pod>(&format!(
+                    "metadata: {{name: {name}, namespace: shop}}\nspec: {{containers: [{{name: app, image: app}}]{extra}}}\nstatus: {{phase: Pending}}\n"
+                ))
+                .expect("pod"),
+            )
+        };
+        let mut nominated = (*pod("c", "")).clone();
+        nominated.status.get_or_insert_default().nominated_node_name = Some("node-c".to_string());
+        let pods = vec![
+            // a: waiting, its nomination cleared; b: already bound elsewhere; c: still
+            // nominated to the node; d: gone; e: not planned on this claim.
+            pod("a", ""),
+            pod("b", ", nodeName: other"),
+            std::sync::Arc::new(nominated),
+            pod("e", ""),
+        ];
+        assert_eq!(
+            waiting_for([(&claim, &node)], &pods),
+            [("shop/a".to_string(), "node-c".to_string())]
+        );
+        // A claim without the annotation (a replacement, a node bought ahead) nominates
+        // nothing.
+        let mut plain = claim.clone();
+        plain.metadata.annotations = None;
+        assert!(waiting_for([(&plain, &node)], &pods).is_empty());
+    }
 
     #[test]
     fn registration_drops_the_unregistered_taint_and_adds_the_claims_taints_once() {
