@@ -190,6 +190,49 @@ fn several_light_nodes_are_consolidated_together() {
 }
 
 #[test]
+fn nodes_no_single_new_node_can_merge_are_repacked_into_the_fresh_plan_in_one_step() {
+    // Three D4s_v5 nodes, one per zone, each with a pod pinned to its zone: no one new node
+    // holds the pods of two of them, so no multi-node merge exists; one-node replacements
+    // would take three commands. The fresh plan is three smaller nodes.
+    let mut yaml = POOL.to_string();
+    for z in 1..=3 {
+        yaml.push_str(&node(&format!("n{z}"), 10, "").replace("eastus-1", &format!("eastus-{z}")));
+        yaml.push_str(
+            &pod(&format!("web-{z}"), &format!("n{z}"), "500m", "").replace(
+                "  nodeName:",
+                &format!(
+                    "  nodeSelector: {{topology.kubernetes.io/zone: eastus-{z}}}\n  nodeName:"
+                ),
+            ),
+        );
+    }
+    let first = Settings {
+        all: false,
+        ..Settings::default()
+    };
+    let r = evaluate_with(&yaml, &first);
+    assert_eq!(r.decisions.len(), 1, "{r:#?}");
+    let d = &r.decisions[0];
+    assert_eq!(d.method, Method::Multi, "{r:#?}");
+    assert_eq!(d.nodes.len(), 3, "{r:#?}");
+    assert_eq!(d.replacements.len(), 3, "{r:#?}");
+    let zones: BTreeSet<&str> = d.replacements.iter().map(|r| r.zone.as_str()).collect();
+    assert_eq!(zones.len(), 3, "one replacement per zone: {r:#?}");
+    assert!(
+        d.replacements.iter().all(|r| r.price_per_hour < 0.192),
+        "{r:#?}"
+    );
+    assert!(d.reason.contains("repacked"), "{}", d.reason);
+    // The whole evaluation ends where one-node replacements would, in one decision.
+    let all = evaluate(&yaml);
+    assert_eq!(all.decisions.len(), 1, "{all:#?}");
+    assert!(
+        all.summary.hourly_cost_after < 3.0 * 0.192 * 0.6,
+        "{all:#?}"
+    );
+}
+
+#[test]
 fn a_big_node_is_replaced_by_a_cheaper_one_that_holds_its_pods() {
     let yaml = format!(
         "{POOL}{}{}",

@@ -107,6 +107,7 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
     let timers = ctx.settings.timers;
     let mut validation = Validation::new(timers.validation_delay);
     let mut reported: HashMap<String, Timestamp> = HashMap::new();
+    let mut explained = Explained::default();
     let mut last_summary: Option<Timestamp> = None;
     let mut summary_took = Duration::ZERO;
     // The requests' daily and weekly cycle, learnt while the agent leads and kept in a
@@ -225,8 +226,15 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
             last_summary = Some(now);
             summarized_on = Some(generation);
             let started = std::time::Instant::now();
-            let decision =
-                summarize(&ctx, &mut cluster, &modes, &snapshot, &mut reported, now).await;
+            let decision = summarize(
+                &ctx,
+                &mut cluster,
+                &modes,
+                &snapshot,
+                (&mut reported, &mut explained),
+                now,
+            )
+            .await;
             summary_took = started.elapsed();
             decision
         } else {
@@ -384,7 +392,7 @@ async fn summarize<C: CloudProvider>(
     cluster: &mut disruption::Cluster,
     modes: &PoolModes,
     snapshot: &Snapshot,
-    reported: &mut HashMap<String, Timestamp>,
+    (reported, explained): (&mut HashMap<String, Timestamp>, &mut Explained),
     now: Timestamp,
 ) -> Option<Decision> {
     let started = std::time::Instant::now();
@@ -422,6 +430,31 @@ async fn summarize<C: CloudProvider>(
             .map(|d| d.savings_per_hour.max(0.0))
             .sum(),
     );
+    let prices: HashMap<&str, f64> = cluster
+        .input
+        .nodes
+        .iter()
+        .zip(&cluster.nodes)
+        .filter_map(|(n, m)| Some((n.name.as_str(), m.price_per_hour?)))
+        .collect();
+    let blocked: Vec<&disruption::Blocked> =
+        acting.blocked.iter().chain(&reporting.blocked).collect();
+    for (node, reason, note) in explained.due(&blocked, &prices, now) {
+        let object = match snapshot
+            .node_claims
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_ref()) == Some(&node))
+        {
+            Some(claim) => reference(claim),
+            None => match snapshot.nodes.iter().find(|n| n.name_any() == node) {
+                Some(n) => reference(n),
+                None => continue,
+            },
+        };
+        ctx.writer
+            .event(&object, EventType::Normal, reason, "Disrupt", note)
+            .await;
+    }
     reported.retain(|_, t| now.duration_since(*t) < REPORT_AGAIN);
     for decision in &reporting.decisions {
         let key = format!("{:?}:{}", decision.method, decision.nodes.join(","));
@@ -459,6 +492,65 @@ async fn summarize<C: CloudProvider>(
         }
     }
     acting.decisions.into_iter().next()
+}
+
+/// A blocked node's reason is told again (as an Event on its NodeClaim) after this long,
+/// if it has not changed; a changed reason is told at once.
+const BLOCKED_AGAIN: SignedDuration = SignedDuration::from_hours(1);
+
+/// Which blocked nodes were told why, and when: each node's reason is told once, again
+/// when it changes, and again after [`BLOCKED_AGAIN`].
+#[derive(Default)]
+pub struct Explained(HashMap<String, (String, Timestamp)>);
+
+impl Explained {
+    /// The Events due now for `blocked` nodes: (node, Event reason, note). Waits that end
+    /// by themselves within seconds or minutes (consolidateAfter after a pod change, a
+    /// decision in flight) and nodes Tailor does not manage are not told; a node that
+    /// is no longer blocked is forgotten. The reason is `Unconsolidatable` when no
+    /// cheaper arrangement exists (as Karpenter names it), `DisruptionBlocked` otherwise;
+    /// the note says why and what the node costs.
+    pub fn due(
+        &mut self,
+        blocked: &[&disruption::Blocked],
+        prices: &HashMap<&str, f64>,
+        now: Timestamp,
+    ) -> Vec<(String, &'static str, String)> {
+        use crate::telemetry::names::BlockedReason;
+        let mut out = Vec::new();
+        let mut still = BTreeSet::new();
+        for b in blocked {
+            let class = BlockedReason::classify(&b.reason);
+            if matches!(
+                class,
+                BlockedReason::ConsolidateAfter
+                    | BlockedReason::InFlight
+                    | BlockedReason::Unmanaged
+            ) {
+                continue;
+            }
+            still.insert(b.node.clone());
+            let fresh = self.0.get(&b.node).is_none_or(|(reason, at)| {
+                *reason != b.reason || now.duration_since(*at) >= BLOCKED_AGAIN
+            });
+            if !fresh {
+                continue;
+            }
+            self.0.insert(b.node.clone(), (b.reason.clone(), now));
+            let event = if class == BlockedReason::NoCheaperReplacement {
+                "Unconsolidatable"
+            } else {
+                "DisruptionBlocked"
+            };
+            let cost = prices
+                .get(b.node.as_str())
+                .map(|p| format!("; node {} costs ${p:.4}/hour", b.node))
+                .unwrap_or_default();
+            out.push((b.node.clone(), event, format!("{}{cost}", b.reason)));
+        }
+        self.0.retain(|node, _| still.contains(node));
+        out
+    }
 }
 
 /// What the Drifted and Consolidatable conditions of one node's claim should say.
@@ -639,6 +731,35 @@ async fn start<C: CloudProvider>(
         .iter()
         .map(|p| (p.name_any(), p))
         .collect();
+    // Said on the old claims and their pools: what is done, why, and what it saves.
+    let note = disrupting_note(decision, &plan, &id);
+    for claim in &claims {
+        ctx.writer
+            .event(
+                &reference(*claim),
+                EventType::Normal,
+                "Disrupting",
+                "Disrupt",
+                note.clone(),
+            )
+            .await;
+    }
+    let decided_pools: BTreeSet<String> = decision
+        .nodes
+        .iter()
+        .filter_map(|n| pool_of_node(snapshot, n))
+        .collect();
+    for pool in decided_pools.iter().filter_map(|p| pools.get(p)) {
+        ctx.writer
+            .event(
+                &reference(*pool),
+                EventType::Normal,
+                "Disrupting",
+                "Disrupt",
+                format!("{}: {note}", decision.nodes.join(", ")),
+            )
+            .await;
+    }
     for planned in &plan.node_claims {
         let pool = pools
             .get(&planned.node_pool)
@@ -655,8 +776,50 @@ async fn start<C: CloudProvider>(
             .apply_node_claim(&claim)
             .await
             .map_err(|e| e.to_string())?;
+        ctx.writer
+            .event(
+                &reference(&claim),
+                EventType::Normal,
+                "DisruptionLaunching",
+                "Disrupt",
+                format!(
+                    "launching {} (${:.4}/hour) to replace {} ({}, command {id})",
+                    planned.instance_type,
+                    planned.price_per_hour,
+                    decision.nodes.join(", "),
+                    method_name(decision)
+                ),
+            )
+            .await;
     }
     Ok(())
+}
+
+/// What a started decision does, for the Events on the nodes it disrupts: the method, the
+/// replacements and their price, the saving and the pods that move. Pure.
+pub fn disrupting_note(decision: &Decision, plan: &crate::scheduling::Plan, id: &str) -> String {
+    let replacing = if plan.node_claims.is_empty() {
+        "deleting without a replacement".to_string()
+    } else {
+        let types: Vec<&str> = plan
+            .node_claims
+            .iter()
+            .map(|c| c.instance_type.as_str())
+            .collect();
+        let price: f64 = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
+        format!("replacing with {} (${price:.4}/hour)", types.join(", "))
+    };
+    let what = match decision.method {
+        disruption::Method::Drift => "drift".to_string(),
+        disruption::Method::Expiration => "expiration".to_string(),
+        _ => format!("consolidation ({})", method_name(decision)),
+    };
+    format!(
+        "{what}: {replacing}, saving ${:.4}/hour; {} pod(s) will be evicted and move (command {id}): {}",
+        decision.savings_per_hour,
+        decision.pods_moved.len(),
+        decision.reason
+    )
 }
 
 async fn taint<C: CloudProvider>(ctx: &Context<C>, node: &Node, on: bool) -> Result<(), String> {
@@ -711,6 +874,26 @@ async fn advance<C: CloudProvider>(
         }
         Progress::Undo(why) => {
             tracing::warn!(command = %cmd.id, %why, "undoing disruption command");
+            for claim in ctx
+                .state
+                .node_claims
+                .in_order()
+                .iter()
+                .filter(|c| cmd.old.contains(&c.name_any()))
+            {
+                ctx.writer
+                    .event(
+                        &reference(&**claim),
+                        EventType::Warning,
+                        "DisruptionUndone",
+                        "Disrupt",
+                        format!(
+                            "command {} undone: {why}; the node takes pods again",
+                            cmd.id
+                        ),
+                    )
+                    .await;
+            }
             for (name, ready) in &cmd.replacements {
                 if !ready {
                     ctx.writer
@@ -752,6 +935,55 @@ async fn advance<C: CloudProvider>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blocked_node_is_told_why_once_again_when_the_reason_changes_and_after_an_hour() {
+        let t = |s: i64| Timestamp::from_second(1_790_000_000 + s).expect("a time");
+        let b = |node: &str, reason: &str| disruption::Blocked {
+            node: node.to_string(),
+            reason: reason.to_string(),
+        };
+        let prices = HashMap::from([("big", 1.536)]);
+        let mut told = Explained::default();
+        let none = "no cheaper set of new nodes would hold its pods";
+        let pdb = "PodDisruptionBudget shop/web allows no eviction of pod shop/web-1";
+        let quiet = "pods changed 5s ago, consolidateAfter is 30s";
+        let first = told.due(
+            &[&b("big", none), &b("small", pdb), &b("new", quiet)],
+            &prices,
+            t(0),
+        );
+        assert_eq!(
+            first,
+            [
+                (
+                    "big".to_string(),
+                    "Unconsolidatable",
+                    format!("{none}; node big costs $1.5360/hour")
+                ),
+                ("small".to_string(), "DisruptionBlocked", pdb.to_string()),
+            ],
+            "a wait that ends by itself (consolidateAfter) is not told"
+        );
+        // The same reasons a pass later: nothing new.
+        assert!(
+            told.due(&[&b("big", none), &b("small", pdb)], &prices, t(30))
+                .is_empty()
+        );
+        // small's reason changes: told at once; big's is told again after an hour.
+        let budget = "disruption budget of NodePool default is used up";
+        let later = told.due(&[&b("big", none), &b("small", budget)], &prices, t(60));
+        assert_eq!(later.len(), 1);
+        assert_eq!(later[0].2, budget);
+        let hour = told.due(&[&b("big", none), &b("small", budget)], &prices, t(3600));
+        assert_eq!(
+            hour.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+            ["big"]
+        );
+        // A node no longer blocked is forgotten: blocked again, it is told at once.
+        assert!(told.due(&[], &prices, t(3601)).is_empty());
+        assert_eq!(told.due(&[&b("small", budget)], &prices, t(3602)).len(), 1);
+    }
 
     #[test]
     fn the_summary_comes_every_30_s_or_ten_times_as_long_as_it_took() {

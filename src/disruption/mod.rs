@@ -372,7 +372,7 @@ pub fn revalidate(
             Ok(plan)
         }
         Method::Multi | Method::Single => {
-            let proven = w.prove(&set)?;
+            let proven = w.prove_with(&set, decision.replacements.len().max(1))?;
             if proven.plan.node_claims.len() > decision.replacements.len() {
                 return Err("the pods now need a replacement node".to_string());
             }
@@ -735,10 +735,15 @@ impl Work<'_> {
     /// Proves a consolidation of `set`: pods fit, the saving clears the threshold, spot
     /// rules hold.
     fn prove(&self, set: &[usize]) -> Result<Proven, String> {
+        self.prove_with(set, 1)
+    }
+
+    /// [`Work::prove`] with up to `max_new` new nodes.
+    fn prove_with(&self, set: &[usize], max_new: usize) -> Result<Proven, String> {
         if !self.pdbs_allow(set) {
             return Err("evictions would exceed a PodDisruptionBudget".to_string());
         }
-        let plan = self.simulate(set, 1)?;
+        let plan = self.simulate(set, max_new)?;
         let price: f64 = set
             .iter()
             .filter_map(|&i| self.meta[i].price_per_hour)
@@ -1063,7 +1068,8 @@ impl Work<'_> {
         if eligible.len() < 2 {
             return None;
         }
-        // Binary search for the longest prefix that consolidates.
+        // Binary search for the longest prefix that consolidates onto the rest and at most
+        // one new node.
         let (mut lo, mut hi) = (2usize, eligible.len());
         let mut best: Option<Proven> = None;
         while lo <= hi {
@@ -1076,7 +1082,9 @@ impl Work<'_> {
                 Err(_) => hi = mid - 1,
             }
         }
-        let p = best?;
+        let Some(p) = best else {
+            return self.repack(&eligible);
+        };
         let reason = format!(
             "{} nodes' pods fit on the rest{}, saving ${:.4}/hour",
             p.nodes.len(),
@@ -1088,6 +1096,39 @@ impl Work<'_> {
             p.savings
         );
         Some(self.apply(Method::Multi, &p.nodes, &p.plan, reason))
+    }
+
+    /// When no set merges into one new node: the pods of several candidates repacked into
+    /// the packer's fresh plan for them, k nodes out and up to k new ones in (each the
+    /// cheapest that holds its share, packed exactly; the saving must clear the same
+    /// thresholds), as far as budgets and PDBs allow now: the whole eligible set first,
+    /// then halves of it down to three nodes. A cluster left with many half-empty nodes of
+    /// the wrong sizes reaches the fresh plan this way in one or a few commands, where
+    /// one-node replacements take a command (and its validation and launch) per node or
+    /// find nothing cheaper one node at a time.
+    fn repack(&mut self, eligible: &[usize]) -> Option<Decision> {
+        let mut sizes = Vec::new();
+        let mut n = eligible.len();
+        while n >= 3 {
+            sizes.push(n);
+            n = n.div_ceil(2).max(if n > 3 { 3 } else { 0 });
+            if sizes.last() == Some(&n) {
+                break;
+            }
+        }
+        for size in sizes {
+            let Ok(p) = self.prove_with(&eligible[..size], size) else {
+                continue;
+            };
+            let reason = format!(
+                "{} nodes' pods repacked onto the rest and {} new node(s), saving ${:.4}/hour",
+                p.nodes.len(),
+                p.plan.node_claims.len(),
+                p.savings
+            );
+            return Some(self.apply(Method::Multi, &p.nodes, &p.plan, reason));
+        }
+        None
     }
 
     fn single(&mut self) -> Option<Decision> {

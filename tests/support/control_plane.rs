@@ -584,6 +584,45 @@ impl Agent {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Agent {
+        Agent::spawn(
+            cp,
+            kubeconfig,
+            lease_namespace,
+            name,
+            cloud,
+            extra,
+            env,
+            TIMER_SCALE,
+        )
+    }
+
+    /// Starts `tailor run` on the KWOK cloud with its production timers (as users run it),
+    /// for the benches that compare it with another autoscaler on the same cluster.
+    #[allow(dead_code)] // used by the benches, not by the tests
+    pub fn start_production(cp: &ControlPlane, name: &str, extra: &[&str]) -> Agent {
+        Agent::spawn(
+            cp,
+            &cp.kubeconfig,
+            "default",
+            name,
+            &["--cloud", "kwok"],
+            extra,
+            &[],
+            1.0,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn(
+        cp: &ControlPlane,
+        kubeconfig: &Path,
+        lease_namespace: &str,
+        name: &str,
+        cloud: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+        timer_scale: f64,
+    ) -> Agent {
         let port = free_port();
         let address = format!("127.0.0.1:{port}");
         // Unique per test process and agent: a pooled plane's logs outlive its tests.
@@ -620,7 +659,7 @@ impl Agent {
                 "--leader-election-namespace",
                 lease_namespace,
             ])
-            .args(["--timer-scale", &TIMER_SCALE.to_string()])
+            .args(["--timer-scale", &timer_scale.to_string()])
             .args(extra)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info,tailor=debug")

@@ -64,6 +64,28 @@ fn disrupted_taint() -> Taint {
     }
 }
 
+/// What an evicted pod is told: the node it leaves, why that node goes (the disruption
+/// method, an interruption, an expiry, from the claim's termination reason) and, past the
+/// claim's termination grace period, that it was deleted rather than evicted. Pure.
+pub fn eviction_note(claim: &NodeClaim, node: &str, grace_over: bool) -> String {
+    let why = claim
+        .annotations()
+        .get(labels::TERMINATION_REASON_ANNOTATION)
+        .map_or("its NodeClaim was deleted", String::as_str);
+    let command = claim
+        .annotations()
+        .get(crate::controllers::disruption::COMMAND_ANNOTATION)
+        .map(|id| format!(", command {id}"))
+        .unwrap_or_default();
+    if grace_over {
+        format!(
+            "deleted by Tailor: node {node} is being removed ({why}{command}) and its NodeClaim's terminationGracePeriod is over"
+        )
+    } else {
+        format!("evicted by Tailor: node {node} is being removed ({why}{command})")
+    }
+}
+
 /// Why a termination pass stopped short.
 #[derive(Debug, thiserror::Error)]
 enum PassError {
@@ -150,7 +172,18 @@ async fn pass<C: CloudProvider>(ctx: &Context<C>, claim: &NodeClaim) -> Result<(
                     ctx.writer.evict(pods[i]).await
                 };
                 match result {
-                    Ok(()) => ctx.metrics.eviction(),
+                    Ok(()) => {
+                        ctx.metrics.eviction();
+                        ctx.writer
+                            .event(
+                                &crate::controllers::reference(pods[i]),
+                                kube::runtime::events::EventType::Normal,
+                                "Evicted",
+                                "Evict",
+                                eviction_note(claim, &node_name, grace_over),
+                            )
+                            .await;
+                    }
                     Err(e @ WriteError::EvictionRefused { .. }) => refused = Some(e),
                     Err(e) => return Err(e.into()),
                 }
@@ -251,6 +284,25 @@ mod tests {
         assert_eq!(to_evict(&pods), [1], "then the critical one");
         let pods = vec![&agent];
         assert_eq!(to_evict(&pods), [0], "the DaemonSet pod last");
+    }
+
+    #[test]
+    fn an_evicted_pod_is_told_which_node_goes_and_why() {
+        let claim: NodeClaim = serde_yaml::from_str(
+            "apiVersion: tailor.sh/v1alpha1\nkind: NodeClaim\nmetadata:\n  name: c\n  annotations: {tailor.sh/termination-reason: single, tailor.sh/disruption-command: single-0000abcd}\nspec:\n  nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}\n",
+        )
+        .expect("claim");
+        assert_eq!(
+            eviction_note(&claim, "n1", false),
+            "evicted by Tailor: node n1 is being removed (single, command single-0000abcd)"
+        );
+        assert!(eviction_note(&claim, "n1", true).starts_with("deleted by Tailor"));
+        let mut plain = claim.clone();
+        plain.metadata.annotations = None;
+        assert_eq!(
+            eviction_note(&plain, "n1", false),
+            "evicted by Tailor: node n1 is being removed (its NodeClaim was deleted)"
+        );
     }
 
     #[test]
