@@ -1211,3 +1211,139 @@ fn a_snapshot_whose_pods_are_taken_plans_as_one_read_in_place_and_gives_its_pods
     assert_eq!(in_place, from_taken);
     assert!(validate(&taken, &from_taken).is_empty());
 }
+
+/// A pending pod `name` of namespace default with one claim.
+fn pod_with_claim(name: &str, claim: &str) -> String {
+    format!(
+        "---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  containers: [{{name: app, image: app, resources: {{requests: {{cpu: '1', memory: 2Gi}}}}}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]
+status: {{phase: Pending}}
+"
+    )
+}
+
+const STORAGE: &str = "
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-db-0}
+spec:
+  capacity: {storage: 32Gi}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: disk.csi.azure.com, volumeHandle: disk-db-0}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: topology.disk.csi.azure.com/zone, operator: In, values: [eastus-2]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data-db-0, namespace: default}
+spec: {accessModes: [ReadWriteOnce], volumeName: pv-db-0, resources: {requests: {storage: 32Gi}}}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: zonal}
+provisioner: disk.csi.azure.com
+volumeBindingMode: WaitForFirstConsumer
+allowedTopologies:
+- matchLabelExpressions: [{key: topology.disk.csi.azure.com/zone, values: [eastus-3]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: scratch, namespace: default}
+spec: {accessModes: [ReadWriteOnce], storageClassName: zonal, resources: {requests: {storage: 8Gi}}}
+";
+
+#[test]
+fn pods_are_planned_only_in_the_zones_their_volumes_allow_and_the_validator_checks_it() {
+    let yaml = format!(
+        "{POOL}{STORAGE}{}{}",
+        pod_with_claim("db-0", "data-db-0"),
+        pod_with_claim("worker", "scratch")
+    );
+    let (input, p) = plan_with(&yaml, &Options::default());
+    let zone_of = |pod: &str| {
+        p.node_claims
+            .iter()
+            .find(|c| c.pods.iter().any(|k| k == pod))
+            .map(|c| c.zone.clone())
+            .unwrap_or_default()
+    };
+    // The bound disk is in eastus-2; the unbound claim's class provisions only in eastus-3.
+    assert_eq!(zone_of("default/db-0"), "eastus-2", "{p:#?}");
+    assert_eq!(zone_of("default/worker"), "eastus-3", "{p:#?}");
+    // The validator reads the same constraint from the pod: the plan moved to another
+    // zone is refused, naming the pod.
+    let mut wrong = p.clone();
+    for c in wrong
+        .node_claims
+        .iter_mut()
+        .filter(|c| c.pods.iter().any(|k| k == "default/db-0"))
+    {
+        c.zone = "eastus-1".to_string();
+        c.labels.insert(
+            "topology.kubernetes.io/zone".to_string(),
+            "eastus-1".to_string(),
+        );
+    }
+    let errors = validate(&input, &wrong);
+    assert!(
+        errors.iter().any(|e| e.contains("db-0")),
+        "the validator let a pod run away from its disk: {errors:#?}"
+    );
+    // A snapshot holding no claims, volumes or classes says nothing of where disks are:
+    // the pods are planned wherever is cheapest, all in one node.
+    let unknown = plan(&format!(
+        "{POOL}{}{}",
+        pod_with_claim("db-0", "data-db-0"),
+        pod_with_claim("worker", "scratch")
+    ));
+    assert_eq!(unknown.node_claims.len(), 1, "{unknown:#?}");
+}
+
+#[test]
+fn a_pod_whose_claim_or_class_is_missing_is_not_planned_and_the_field_is_named() {
+    let catalog = tailor::catalog::Catalog::builtin().expect("catalog");
+    let yaml = format!(
+        "{POOL}{STORAGE}{}{}{}",
+        pod_with_claim("lost", "no-such-claim"),
+        pod_with_claim("db-0", "data-db-0"),
+        "---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: fast, namespace: default}
+spec: {accessModes: [ReadWriteOnce], storageClassName: premium-zrs, resources: {requests: {storage: 8Gi}}}
+"
+    ) + &pod_with_claim("classless", "fast");
+    let snapshot = tailor::state::Snapshot::from_yaml("scenario.yaml", &yaml).expect("parses");
+    let (input, unreadable) =
+        Input::from_snapshot_reading_around(&snapshot, &support::eastus_types(&catalog))
+            .expect("the rest builds");
+    let by_pod: std::collections::BTreeMap<&str, (&str, &str)> = unreadable
+        .iter()
+        .map(|e| (e.pod.as_str(), (e.field.as_str(), e.message.as_str())))
+        .collect();
+    assert_eq!(
+        by_pod.get("default/lost"),
+        Some(&(
+            "spec.volumes[0].persistentVolumeClaim.claimName",
+            "PersistentVolumeClaim default/no-such-claim not found"
+        ))
+    );
+    assert_eq!(
+        by_pod.get("default/classless").map(|e| e.1),
+        Some("StorageClass premium-zrs of claim default/fast not found")
+    );
+    // Only the readable pod is planned, and no node is bought for the others.
+    let keys: Vec<&str> = input.pending.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["default/db-0"]);
+    // The whole-snapshot entry point refuses it, naming the pod.
+    let err = Input::from_snapshot(&snapshot, &support::eastus_types(&catalog)).unwrap_err();
+    assert!(err.to_string().contains("default/lost"), "{err}");
+}

@@ -11,8 +11,11 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -38,6 +41,12 @@ pub struct State {
     pub node_classes: Store<AKSNodeClass>,
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
+    /// PersistentVolumeClaims.
+    pub claims: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Store<PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Store<StorageClass>,
     /// DaemonSets.
     pub daemon_sets: Store<DaemonSet>,
     /// Deployments.
@@ -113,7 +122,8 @@ pub trait Slim {
 
 /// A pod spec keeps what scheduling, disruption and right-sizing read: containers' names,
 /// images, resources, ports, restart and resize policies, and everything about placement.
-/// Volumes, environment, probes, commands and security settings are dropped.
+/// Volumes other than claims, environment, probes, commands and security settings are
+/// dropped.
 fn slim_pod_spec(spec: &mut PodSpec) {
     fn container(c: &mut Container) {
         c.env = None;
@@ -137,7 +147,7 @@ fn slim_pod_spec(spec: &mut PodSpec) {
         .flatten()
         .for_each(container);
     spec.ephemeral_containers = None;
-    spec.volumes = None;
+    crate::state::keep_claim_volumes(spec);
     spec.security_context = None;
     spec.image_pull_secrets = None;
     spec.host_aliases = None;
@@ -231,6 +241,32 @@ impl Slim for Job {
 }
 
 impl Slim for PodDisruptionBudget {}
+impl Slim for StorageClass {}
+
+impl Slim for PersistentVolumeClaim {
+    fn slim(&mut self) {
+        // What places a pod: the bound volume's name and the class; not the claim's data
+        // source, selector or status.
+        if let Some(spec) = self.spec.as_mut() {
+            spec.data_source = None;
+            spec.data_source_ref = None;
+            spec.selector = None;
+        }
+        self.status = None;
+    }
+}
+
+impl Slim for PersistentVolume {
+    fn slim(&mut self) {
+        // The node affinity (its zone) is what places a pod; the source's details are not.
+        if let Some(spec) = self.spec.as_mut() {
+            spec.csi = None;
+            spec.mount_options = None;
+            spec.claim_ref = None;
+        }
+        self.status = None;
+    }
+}
 impl Slim for HorizontalPodAutoscaler {}
 impl Slim for NodePool {}
 impl Slim for NodeClaim {}
@@ -252,6 +288,9 @@ impl State {
             node_claims: reflect(client, tasks, c, g),
             node_classes: reflect(client, tasks, c, g),
             pdbs: reflect(client, tasks, c, g),
+            claims: reflect(client, tasks, c, g),
+            volumes: reflect(client, tasks, c, g),
+            storage_classes: reflect(client, tasks, c, g),
             daemon_sets: reflect(client, tasks, c, g),
             deployments: reflect(client, tasks, c, g),
             stateful_sets: reflect(client, tasks, c, g),
@@ -301,6 +340,9 @@ impl State {
             node_claims,
             node_classes,
             pdbs,
+            claims,
+            volumes,
+            storage_classes,
             daemon_sets,
             deployments,
             stateful_sets,
@@ -335,6 +377,9 @@ impl State {
             one(&self.node_claims),
             one(&self.node_classes),
             one(&self.pdbs),
+            one(&self.claims),
+            one(&self.volumes),
+            one(&self.storage_classes),
             one(&self.daemon_sets),
             one(&self.deployments),
             one(&self.stateful_sets),
@@ -412,6 +457,10 @@ impl State {
             replica_sets: all(&self.replica_sets),
             jobs: all(&self.jobs),
             pod_disruption_budgets: all(&self.pdbs),
+            persistent_volume_claims: all(&self.claims),
+            persistent_volumes: all(&self.volumes),
+            storage_classes: all(&self.storage_classes),
+            storage_read: true,
             horizontal_pod_autoscalers: all(&self.hpas),
             node_pools: all(&self.node_pools),
             node_claims: all(&self.node_claims),
@@ -424,7 +473,7 @@ impl State {
     }
 
     /// Objects per kind in the stores, for the store-size metric.
-    pub fn sizes(&self) -> [(&'static str, usize); 14] {
+    pub fn sizes(&self) -> [(&'static str, usize); 17] {
         [
             ("Pod", self.pods.len()),
             ("Node", self.nodes.len()),
@@ -432,6 +481,9 @@ impl State {
             ("NodeClaim", self.node_claims.len()),
             ("AKSNodeClass", self.node_classes.len()),
             ("PodDisruptionBudget", self.pdbs.len()),
+            ("PersistentVolumeClaim", self.claims.len()),
+            ("PersistentVolume", self.volumes.len()),
+            ("StorageClass", self.storage_classes.len()),
             ("DaemonSet", self.daemon_sets.len()),
             ("Deployment", self.deployments.len()),
             ("StatefulSet", self.stateful_sets.len()),
@@ -471,6 +523,9 @@ pub struct StateFeed {
     node_claims: reflector::store::Writer<NodeClaim>,
     node_classes: reflector::store::Writer<AKSNodeClass>,
     pdbs: reflector::store::Writer<PodDisruptionBudget>,
+    claims: reflector::store::Writer<PersistentVolumeClaim>,
+    volumes: reflector::store::Writer<PersistentVolume>,
+    storage_classes: reflector::store::Writer<StorageClass>,
     daemon_sets: reflector::store::Writer<DaemonSet>,
     deployments: reflector::store::Writer<Deployment>,
     stateful_sets: reflector::store::Writer<StatefulSet>,
@@ -525,6 +580,9 @@ fed!(
     NodeClaim => node_claims,
     AKSNodeClass => node_classes,
     PodDisruptionBudget => pdbs,
+    PersistentVolumeClaim => claims,
+    PersistentVolume => volumes,
+    StorageClass => storage_classes,
     DaemonSet => daemon_sets,
     Deployment => deployments,
     StatefulSet => stateful_sets,

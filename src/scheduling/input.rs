@@ -428,6 +428,17 @@ impl Input {
         // a run at a time; what is built from them keeps the snapshot's order. Pods handed
         // over are freed run by run.
         let remembered = &*memo;
+        // Where pods' claims let them run, when the snapshot holds the cluster's claims,
+        // volumes and classes. A pod with claims is read afresh on every pass (its volume
+        // may have been bound since), never from the memo.
+        let topology = snapshot.storage_read.then(|| {
+            super::volumes::VolumeTopology::new(
+                &snapshot.persistent_volume_claims,
+                &snapshot.persistent_volumes,
+                &snapshot.storage_classes,
+            )
+        });
+        let topology = topology.as_ref();
         loop {
             let chunk: Vec<Arc<Pod>> = pods.by_ref().take(PODS_PER_READ).collect();
             if chunk.is_empty() {
@@ -440,6 +451,13 @@ impl Input {
                     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                     if matches!(phase, Some("Succeeded" | "Failed")) {
                         return None;
+                    }
+                    if let Some(t) = topology.filter(|_| super::volumes::has_claims(p)) {
+                        return Some(match t.constrain(p) {
+                            Ok(Some(constrained)) => PodInfo::from_pod(&constrained).map(Arc::new),
+                            Ok(None) => PodInfo::from_pod(p).map(Arc::new),
+                            Err(e) => Err(e),
+                        });
                     }
                     let version = p
                         .metadata
@@ -465,7 +483,9 @@ impl Input {
                     .zip(p.metadata.resource_version.as_ref());
                 let info = match read {
                     Ok(info) => {
-                        if let Some((uid, rv)) = version {
+                        if let Some((uid, rv)) = version
+                            && !(topology.is_some() && super::volumes::has_claims(p))
+                        {
                             seen.insert(uid.clone(), (rv.clone(), info.clone()));
                         }
                         info

@@ -13,6 +13,7 @@ mod scheduler;
 pub mod taints;
 pub mod types;
 pub mod validate;
+pub mod volumes;
 
 pub use input::{DaemonSetInfo, ExistingNode, Input, InputError, Limits, PodMemo, Pool};
 pub use plan::{CpuMemory, ExistingPlacement, Plan, PlannedNodeClaim, Summary, Unschedulable};

@@ -20,9 +20,11 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStatus, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
+    ContainerState, ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec,
+    PodStatus, PodTemplateSpec,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::de::DeserializeOwned;
@@ -151,6 +153,16 @@ pub struct Snapshot {
     pub jobs: Vec<Job>,
     /// PodDisruptionBudgets.
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+    /// PersistentVolumeClaims: where a pod's volumes let it run.
+    pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub persistent_volumes: Vec<PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Vec<StorageClass>,
+    /// Whether the claims, volumes and classes above are the cluster's: always in the
+    /// agent; in a snapshot file, when it holds any of them. Without them a pod's volumes
+    /// are not looked at (a snapshot of pods alone cannot say where their disks are).
+    pub storage_read: bool,
     /// HorizontalPodAutoscalers (autoscaling/v2).
     pub horizontal_pod_autoscalers: Vec<HorizontalPodAutoscaler>,
     /// Tailor NodePools.
@@ -391,6 +403,10 @@ impl Snapshot {
             mut replica_sets,
             mut jobs,
             mut pod_disruption_budgets,
+            mut persistent_volume_claims,
+            mut persistent_volumes,
+            mut storage_classes,
+            storage_read,
             mut horizontal_pod_autoscalers,
             mut node_pools,
             mut node_claims,
@@ -408,6 +424,11 @@ impl Snapshot {
         self.jobs.append(&mut jobs);
         self.pod_disruption_budgets
             .append(&mut pod_disruption_budgets);
+        self.persistent_volume_claims
+            .append(&mut persistent_volume_claims);
+        self.persistent_volumes.append(&mut persistent_volumes);
+        self.storage_classes.append(&mut storage_classes);
+        self.storage_read |= storage_read;
         self.horizontal_pod_autoscalers
             .append(&mut horizontal_pod_autoscalers);
         self.node_pools.append(&mut node_pools);
@@ -576,6 +597,18 @@ impl Snapshot {
                 let pdb: PodDisruptionBudget = decode(o, obj, value)?;
                 check_pdb(o, obj, &pdb)?;
                 self.pod_disruption_budgets.push(pdb);
+            }
+            ("PersistentVolumeClaim", false) => {
+                self.persistent_volume_claims.push(decode(o, obj, value)?);
+                self.storage_read = true;
+            }
+            ("PersistentVolume", false) => {
+                self.persistent_volumes.push(decode(o, obj, value)?);
+                self.storage_read = true;
+            }
+            ("StorageClass", false) if api_version == "storage.k8s.io/v1" => {
+                self.storage_classes.push(decode(o, obj, value)?);
+                self.storage_read = true;
             }
             ("HorizontalPodAutoscaler", false) if api_version == "autoscaling/v2" => {
                 self.horizontal_pod_autoscalers.push(decode(o, obj, value)?);
@@ -910,7 +943,7 @@ fn as_tailor(mut value: serde_yaml::Value) -> serde_yaml::Value {
 fn trim_pod(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
+        crate::state::keep_claim_volumes(spec);
         let containers = spec
             .containers
             .iter_mut()
