@@ -498,6 +498,10 @@ async fn summarize<C: CloudProvider>(
 /// if it has not changed; a changed reason is told at once.
 const BLOCKED_AGAIN: SignedDuration = SignedDuration::from_hours(1);
 
+/// At most this many blocked nodes are told why per summary; the rest on the next ones, so
+/// that a large cluster's first summary does not wait on hundreds of Event writes.
+const EXPLAINED_PER_SUMMARY: usize = 50;
+
 /// Which blocked nodes were told why, and when: each node's reason is told once, again
 /// when it changes, and again after [`BLOCKED_AGAIN`].
 #[derive(Default)]
@@ -533,7 +537,7 @@ impl Explained {
             let fresh = self.0.get(&b.node).is_none_or(|(reason, at)| {
                 *reason != b.reason || now.duration_since(*at) >= BLOCKED_AGAIN
             });
-            if !fresh {
+            if !fresh || out.len() >= EXPLAINED_PER_SUMMARY {
                 continue;
             }
             self.0.insert(b.node.clone(), (b.reason.clone(), now));
@@ -983,6 +987,15 @@ mod tests {
         // A node no longer blocked is forgotten: blocked again, it is told at once.
         assert!(told.due(&[], &prices, t(3601)).is_empty());
         assert_eq!(told.due(&[&b("small", budget)], &prices, t(3602)).len(), 1);
+        // Many at once: a summary tells at most EXPLAINED_PER_SUMMARY, the next the rest.
+        let many: Vec<disruption::Blocked> = (0..EXPLAINED_PER_SUMMARY + 7)
+            .map(|i| b(&format!("n{i}"), pdb))
+            .collect();
+        let many: Vec<&disruption::Blocked> = many.iter().collect();
+        let mut told = Explained::default();
+        assert_eq!(told.due(&many, &prices, t(0)).len(), EXPLAINED_PER_SUMMARY);
+        assert_eq!(told.due(&many, &prices, t(30)).len(), 7);
+        assert!(told.due(&many, &prices, t(60)).is_empty());
     }
 
     #[test]
