@@ -1,25 +1,35 @@
 //! Live provisioning and consolidation against Karpenter's own KWOK provider: the same burst
 //! and scale-down run on a fresh real control plane (built by `scripts/control-plane`), once
-//! with Karpenter (`sigs.k8s.io/karpenter/kwok`, built from the Go module proxy by
+//! with Karpenter (`sigs.k8s.io/karpenter/kwok` v1.15.0, built from the Go module proxy by
 //! `scripts/karpenter`) and once with `tailor run --cloud kwok` at its production timers,
-//! both buying from the same catalog (Tailor's built-in eastus sizes and prices, written as
-//! Karpenter's instance-types file with the allocatable Tailor plans with) under the same
-//! NodePool settings.
+//! both buying from the same catalog (Tailor's built-in eastus sizes and on-demand prices,
+//! written as Karpenter's instance-types file with the allocatable Tailor plans with) under
+//! the same NodePool settings (amd64 and arm64, `consolidateAfter: 30s`, a 10% budget).
 //!
-//! Each seed generates a burst of Deployments (some pinned to amd64, some spread over zones;
-//! the NodePools allow amd64 and arm64), waits until every pod runs, waits for the cluster to
-//! settle, scales every Deployment down to 40% and watches for five minutes. Printed per run:
-//! - the time until every pod of the burst was Running, and the longest a pod ran after the
-//!   first NodeClaim of the burst (a straggler left out of the first nodes shows here);
-//! - the burst's node cost ($/hour, peak) against the packer's plan for the same pods;
-//! - the node cost five minutes after the scale-down against a fresh plan of the pods left,
-//!   and the pods evicted (pods created after the scale-down replace evicted ones).
+//! Scenarios (`--scenario`):
+//! - `burst` (default): each seed generates Deployments of mixed shapes (some pinned to
+//!   amd64, some spread over zones), about 240 pods, scaled down to 40% once the burst runs
+//!   and the cluster has settled.
+//! - `pdb`: 161 pods scaled down to 61, with a PodDisruptionBudget (minAvailable 36 of 40)
+//!   and a `do-not-disrupt` pod; its target is read at 8 minutes.
+//! - `recommend`: Tailor alone, the burst's scale-down on a pool in recommend-only
+//!   disruption mode; after two minutes of reports the pool turns autonomous. Prints what the
+//!   `WouldDisrupt` Events and the savings gauge said against what was then saved.
 //!
-//! Then Tailor's figures as ratios to Karpenter's. Seeds 1 and 2 are the tuning set; 3 and 4
-//! are held out (`--seeds 3,4`).
+//! Printed per run: the time until every pod of the burst was Running; the longest a pod
+//! took to run after the burst's first NodeClaim (a straggler shows here) and how many took
+//! more than a batch window (10 s); the burst's peak node cost against the packer's plan;
+//! the node cost five minutes after the scale-down (`at$`) and once it has not changed for
+//! six minutes (`settled$`, at most 20 minutes; Karpenter re-checks a quiet cluster every
+//! five), each against a fresh plan of the pods left; the pods evicted within the watch
+//! and over the whole run (pods created beyond the burst's own replace evicted ones). Then
+//! Tailor's figures as ratios to Karpenter's.
 //!
-//! `cargo bench --bench karpenter [-- --seeds 1,2 --pods 240 --watch 300]`. Without `--bench`
-//! it runs one small seed (40 pods, a one-minute watch) as a smoke run.
+//! Seed 1 is the tuning seed; 2 and 3 are held out.
+//!
+//! `cargo bench --bench karpenter [-- --scenario burst --seeds 2,3 --pods 240 --watch 300
+//! --quiet 360 --settle 1200 --only tailor]`. Without `--bench` it runs one small seed (40
+//! pods, a one-minute watch) as a smoke run.
 
 #[allow(dead_code)]
 #[path = "../tests/support/control_plane.rs"]
@@ -60,10 +70,80 @@ fn repo() -> PathBuf {
 struct Workload {
     name: String,
     replicas: i32,
+    /// Replicas after the scale-down.
+    down: i32,
     cpu_milli: i64,
     memory_mi: i64,
     amd64_only: bool,
     zone_spread: bool,
+    /// Its pods are annotated `karpenter.sh/do-not-disrupt` (both autoscalers honour it).
+    pinned: bool,
+}
+
+/// A burst and a scale-down, with the objects that come with them.
+struct Scenario {
+    workloads: Vec<Workload>,
+    /// Created with the workloads: PodDisruptionBudgets.
+    extra: String,
+}
+
+impl Scenario {
+    fn yaml(&self, after_scale_down: bool) -> String {
+        let mut docs: Vec<String> = self
+            .workloads
+            .iter()
+            .map(|w| deployment_yaml(w, if after_scale_down { w.down } else { w.replicas }))
+            .collect();
+        if !self.extra.is_empty() {
+            docs.push(self.extra.clone());
+        }
+        docs.join("---\n")
+    }
+
+    fn pods(&self) -> i32 {
+        self.workloads.iter().map(|w| w.replicas).sum()
+    }
+}
+
+/// The seeded burst: about `pods` pods in Deployments of mixed shapes, each scaled down to
+/// 40%.
+fn burst(seed: u64, pods: i32) -> Scenario {
+    Scenario {
+        workloads: generate(seed, pods),
+        extra: String::new(),
+    }
+}
+
+/// 161 pods scaled down to 61, with a PodDisruptionBudget over the 40 pods that stay
+/// (minAvailable 36) and a pinned pod: the cluster a consolidation must reach a fresh plan on
+/// while only four of a workload's pods may move at a time.
+fn pdb_scenario() -> Scenario {
+    let w = |name: &str, replicas, down, cpu_milli, memory_mi, amd64_only, pinned| Workload {
+        name: name.to_string(),
+        replicas,
+        down,
+        cpu_milli,
+        memory_mi,
+        amd64_only,
+        zone_spread: false,
+        pinned,
+    };
+    Scenario {
+        workloads: vec![
+            w("web", 60, 10, 1000, 2048, false, false),
+            w("api", 40, 40, 500, 1024, false, false),
+            w("batch", 60, 10, 2000, 4096, true, false),
+            w("pinned", 1, 1, 250, 512, false, true),
+        ],
+        extra: "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: api, namespace: default}
+spec:
+  minAvailable: 36
+  selector: {matchLabels: {app: api}}
+"
+        .to_string(),
+    }
 }
 
 /// A burst of about `pods` pods in Deployments of mixed shapes.
@@ -78,10 +158,12 @@ fn generate(seed: u64, pods: i32) -> Vec<Workload> {
         out.push(Workload {
             name: format!("w{}", out.len()),
             replicas,
+            down: kept(replicas, KEEP),
             cpu_milli,
             memory_mi: cpu_milli * gib_per_core * 1024 / 1000,
             amd64_only: rng.random_bool(0.3),
             zone_spread: rng.random_bool(0.3),
+            pinned: false,
         });
         total += replicas;
     }
@@ -99,6 +181,11 @@ fn deployment_yaml(w: &Workload, replicas: i32) -> String {
             w.name
         ));
     }
+    let annotations = if w.pinned {
+        ", annotations: {karpenter.sh/do-not-disrupt: 'true'}"
+    } else {
+        ""
+    };
     format!(
         "apiVersion: apps/v1
 kind: Deployment
@@ -107,7 +194,7 @@ spec:
   replicas: {replicas}
   selector: {{matchLabels: {{app: {name}}}}}
   template:
-    metadata: {{labels: {{app: {name}}}}}
+    metadata: {{labels: {{app: {name}}}{annotations}}}
     spec:
       terminationGracePeriodSeconds: 0
       containers:
@@ -121,14 +208,6 @@ spec:
     )
 }
 
-fn workloads_yaml(workloads: &[Workload], share: f64) -> String {
-    workloads
-        .iter()
-        .map(|w| deployment_yaml(w, kept(w.replicas, share)))
-        .collect::<Vec<_>>()
-        .join("---\n")
-}
-
 fn kept(replicas: i32, share: f64) -> i32 {
     (f64::from(replicas) * share).ceil() as i32
 }
@@ -137,6 +216,11 @@ fn kept(replicas: i32, share: f64) -> i32 {
 const DISRUPTION: &str = "consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s, budgets: [{nodes: '10%'}]";
 
 fn tailor_pool() -> String {
+    tailor_pool_annotated("{}")
+}
+
+/// The Tailor NodePool with `annotations` (a YAML flow map) on it.
+fn tailor_pool_annotated(annotations: &str) -> String {
     format!(
         "apiVersion: tailor.sh/v1alpha1
 kind: AKSNodeClass
@@ -145,7 +229,7 @@ spec: {{imageFamily: AzureLinux, maxPods: {MAX_PODS}}}
 ---
 apiVersion: tailor.sh/v1alpha1
 kind: NodePool
-metadata: {{name: default}}
+metadata: {{name: default, annotations: {annotations}}}
 spec:
   template:
     spec:
@@ -437,14 +521,13 @@ struct Watch {
 
 async fn run(
     system: System,
-    seed: u64,
-    pods: i32,
+    scenario: &Scenario,
     watch: Watch,
     karpenter: &Path,
     types: &[InstanceType],
 ) -> Figures {
-    let workloads = generate(seed, pods);
-    let total: i32 = workloads.iter().map(|w| w.replicas).sum();
+    let workloads = &scenario.workloads;
+    let total = scenario.pods();
     let cp = ControlPlane::start_fresh().await;
     let _running = match system {
         System::Karpenter => start_karpenter(&cp, karpenter, types).await,
@@ -460,14 +543,14 @@ async fn run(
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), "default");
     let claims: Api<DynamicObject> = Api::all_with(client.clone(), &system.claims());
     let mut figures = Figures {
-        burst_plan: plan_cost(&workloads_yaml(&workloads, 1.0)),
-        fresh_plan: plan_cost(&workloads_yaml(&workloads, KEEP)),
+        burst_plan: plan_cost(&scenario.yaml(false)),
+        fresh_plan: plan_cost(&scenario.yaml(true)),
         ..Figures::default()
     };
 
     // The burst.
     let start = Instant::now();
-    cp.apply_yaml(&workloads_yaml(&workloads, 1.0)).await;
+    cp.apply_yaml(&scenario.yaml(false)).await;
     let mut running_at: BTreeMap<String, f64> = BTreeMap::new();
     let mut first_claim: Option<f64> = None;
     let mut every_pod: BTreeSet<String> = BTreeSet::new();
@@ -522,8 +605,11 @@ async fn run(
     // The scale-down.
     let before: BTreeSet<String> = list(&pods_api).await.iter().map(|p| p.name_any()).collect();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    for w in &workloads {
-        let scale = serde_json::json!({"spec": {"replicas": kept(w.replicas, KEEP)}});
+    for w in workloads {
+        if w.down == w.replicas {
+            continue;
+        }
+        let scale = serde_json::json!({"spec": {"replicas": w.down}});
         deployments
             .patch(&w.name, &PatchParams::default(), &Patch::Merge(&scale))
             .await
@@ -603,8 +689,15 @@ async fn main() {
         .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
         .unwrap_or_else(|| if bench { vec![1, 2] } else { vec![1] });
     let pods: i32 = arg(&args, "--pods").unwrap_or(if bench { 240 } else { 40 });
+    let scenario: String = arg(&args, "--scenario").unwrap_or_else(|| "burst".to_string());
+    // The 161 -> 61 scale-down's target is set at 8 minutes, the others' at 5.
+    let watched = match (bench, scenario.as_str()) {
+        (false, _) => 60,
+        (true, "pdb") => 480,
+        (true, _) => 300,
+    };
     let watch = Watch {
-        watch: Duration::from_secs(arg(&args, "--watch").unwrap_or(if bench { 300 } else { 60 })),
+        watch: Duration::from_secs(arg(&args, "--watch").unwrap_or(watched)),
         quiet: Duration::from_secs(arg(&args, "--quiet").unwrap_or(if bench { 360 } else { 30 })),
         settle: Duration::from_secs(arg(&args, "--settle").unwrap_or(if bench {
             1200
@@ -616,7 +709,7 @@ async fn main() {
     let karpenter = karpenter_build();
     let types = catalog_types();
     println!(
-        "burst of {pods} pods, scale-down to {:.0}%; cost after {} s (at$), and once unchanged for {} s (at most {} s: settled$); times in s, costs in $/hour",
+        "scenario {scenario} (burst: {pods} pods scaled down to {:.0}%; pdb: 161 pods scaled down to 61 with a PDB and a pinned pod); cost after {} s (at$), and once unchanged for {} s (at most {} s: settled$); times in s, costs in $/hour",
         KEEP * 100.0,
         watch.watch.as_secs(),
         watch.quiet.as_secs(),
@@ -642,25 +735,47 @@ async fn main() {
         "ev-at",
         "evict"
     );
+    let runs: Vec<(u64, Scenario)> = match scenario.as_str() {
+        "burst" | "recommend" => seeds.iter().map(|&s| (s, burst(s, pods))).collect(),
+        "pdb" => vec![(0, pdb_scenario())],
+        other => panic!("--scenario {other}: burst, pdb or recommend"),
+    };
+    if scenario == "recommend" {
+        println!(
+            "\nrecommend-only first, then autonomous: what WouldDisrupt said it would save against what was saved"
+        );
+        for (seed, s) in &runs {
+            let r = recommend_first(s, watch, &types).await;
+            println!(
+                "seed {seed}: {} WouldDisrupt Event(s) worth ${:.3}/hour; savings gauge ${:.3}/hour; autonomous then saved ${:.3}/hour (gauge / saved {:.3}; target within 10%)",
+                r.events,
+                r.events_worth,
+                r.would_save,
+                r.saved,
+                r.would_save / r.saved.max(1e-9)
+            );
+        }
+        return;
+    }
     let mut results: Vec<(u64, Figures, Figures)> = Vec::new();
-    for seed in seeds {
+    for (seed, s) in &runs {
         let mut pair = Vec::new();
         for system in [System::Karpenter, System::Tailor] {
             if only.as_deref().is_some_and(|o| o != system.name()) {
                 pair.push(Figures::default());
                 continue;
             }
-            let f = run(system, seed, pods, watch, &karpenter, &types).await;
-            print_row(system, seed, &f);
+            let f = run(system, s, watch, &karpenter, &types).await;
+            print_row(system, *seed, &f);
             pair.push(f);
         }
-        results.push((seed, pair[0].clone(), pair[1].clone()));
+        results.push((*seed, pair[0].clone(), pair[1].clone()));
     }
     if only.is_some() {
         return;
     }
     println!(
-        "\ntailor / karpenter per seed (targets: running <= 1, burst cost <= 0.90, tailor's cost after the watch <= 1.05x a fresh plan and <= karpenter's settled cost, evicted <= 0.35)"
+        "\ntailor / karpenter per seed (targets: running <= 1, burst cost <= 0.90, tailor's cost after the watch <= 1.05x a fresh plan (pdb: 1.15x after 480 s) and <= karpenter's settled cost, evicted <= 0.35)"
     );
     for (seed, k, t) in &results {
         println!(
@@ -675,5 +790,104 @@ async fn main() {
             t.cost_at_watch / t.fresh_plan,
             k.cost_at_watch / k.fresh_plan,
         );
+    }
+}
+
+/// What recommend-only mode said a scale-down would save, and what autonomous mode then saved.
+struct Recommended {
+    /// WouldDisrupt Events on the pool after the scale-down.
+    events: usize,
+    /// The savings those Events name, summed.
+    events_worth: f64,
+    /// `tailor_savings_available_dollars_per_hour{source="consolidation"}` before the switch.
+    would_save: f64,
+    /// Node cost before the switch less the cost once autonomous mode settled.
+    saved: f64,
+}
+
+/// The scenario's burst and scale-down on a pool in recommend-only disruption mode; once
+/// the reports have come, the pool is switched to autonomous and watched until its cost
+/// settles.
+async fn recommend_first(scenario: &Scenario, watch: Watch, types: &[InstanceType]) -> Recommended {
+    let cp = ControlPlane::start_fresh().await;
+    cp.apply_yaml(&tailor_pool_annotated(
+        "{tailor.sh/disruption-mode: recommend}",
+    ))
+    .await;
+    let agent = Agent::start_production(&cp, "bench", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    agent.wait_leading(60).await;
+    let client = cp.client.clone();
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    cp.apply_yaml(&scenario.yaml(false)).await;
+    let total = scenario.pods() as usize;
+    eventually(Duration::from_secs(300), "the burst Running", || async {
+        let listed = list(&pods_api).await;
+        (listed.iter().filter(|p| is_running(p)).count() >= total).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    for w in &scenario.workloads {
+        let scale = serde_json::json!({"spec": {"replicas": w.down}});
+        deployments
+            .patch(&w.name, &PatchParams::default(), &Patch::Merge(&scale))
+            .await
+            .expect("scale down");
+    }
+    // consolidateAfter (30 s), then a summary (every 30 s) reports every decision.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let metrics = agent.metrics().await;
+    let would_save = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("tailor_savings_available_dollars_per_hour{source=\"consolidation\"}")
+        })
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let reports: Vec<String> = list(&events)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("WouldDisrupt"))
+        .filter_map(|e| e.message)
+        .collect();
+    let events_worth: f64 = reports
+        .iter()
+        .filter_map(|m| {
+            let at = m.find("saving $")? + "saving $".len();
+            m[at..].split('/').next()?.parse::<f64>().ok()
+        })
+        .sum();
+    let before = node_cost(&client, types).await.0;
+    let pools: Api<tailor::apis::NodePool> = Api::all(client.clone());
+    let autonomous =
+        serde_json::json!({"metadata": {"annotations": {"tailor.sh/disruption-mode": null}}});
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(&autonomous),
+        )
+        .await
+        .expect("switch to autonomous");
+    let switched = Instant::now();
+    let mut cost = before;
+    let mut changed = Instant::now();
+    while switched.elapsed() < watch.settle
+        && (switched.elapsed() < watch.watch || changed.elapsed() < Duration::from_secs(120))
+    {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = node_cost(&client, types).await.0;
+        if (now - cost).abs() > 1e-9 {
+            cost = now;
+            changed = Instant::now();
+        }
+    }
+    Recommended {
+        events: reports.len(),
+        events_worth,
+        would_save,
+        saved: before - cost,
     }
 }
