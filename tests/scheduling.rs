@@ -1347,3 +1347,45 @@ spec: {accessModes: [ReadWriteOnce], storageClassName: premium-zrs, resources: {
     let err = Input::from_snapshot(&snapshot, &support::eastus_types(&catalog)).unwrap_err();
     assert!(err.to_string().contains("default/lost"), "{err}");
 }
+
+#[test]
+fn a_node_takes_no_more_azure_disks_than_its_size_attaches() {
+    // Ten small pods, each with its own Azure Disk, on 2-vCPU sizes (4 data disks each):
+    // their CPU fits one node, their disks need three.
+    let mut yaml = POOL.replace(
+        "      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}",
+        "      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}\n      - {key: tailor.sh/sku-cpu, operator: In, values: ['2']}",
+    );
+    yaml.push_str(
+        "---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: managed-csi}
+provisioner: disk.csi.azure.com
+volumeBindingMode: WaitForFirstConsumer
+",
+    );
+    for i in 0..10 {
+        yaml.push_str(&format!(
+            "---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data-{i}, namespace: default}}
+spec: {{accessModes: [ReadWriteOnce], storageClassName: managed-csi, resources: {{requests: {{storage: 8Gi}}}}}}
+"
+        ));
+        yaml.push_str(
+            &pod_with_claim(&format!("db-{i}"), &format!("data-{i}"))
+                .replace("cpu: '1', memory: 2Gi", "cpu: 100m, memory: 256Mi"),
+        );
+    }
+    let p = plan(&yaml);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let per_node: Vec<usize> = p.node_claims.iter().map(|c| c.pods.len()).collect();
+    assert!(
+        per_node.iter().all(|n| *n <= 4),
+        "a 2-vCPU node attaches 4 data disks: {per_node:?}"
+    );
+    assert_eq!(per_node.iter().sum::<usize>(), 10);
+    assert_eq!(p.node_claims.len(), 3, "{per_node:?}");
+}

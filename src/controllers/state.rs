@@ -258,9 +258,16 @@ impl Slim for PersistentVolumeClaim {
 
 impl Slim for PersistentVolume {
     fn slim(&mut self) {
-        // The node affinity (its zone) is what places a pod; the source's details are not.
+        // The driver (an Azure Disk takes a data-disk slot) and the node affinity (its zone)
+        // place a pod; the source's other details are not read.
         if let Some(spec) = self.spec.as_mut() {
-            spec.csi = None;
+            spec.csi =
+                spec.csi
+                    .take()
+                    .map(|c| k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+                        driver: c.driver,
+                        ..Default::default()
+                    });
             spec.mount_options = None;
             spec.claim_ref = None;
         }

@@ -453,11 +453,20 @@ impl Input {
                         return None;
                     }
                     if let Some(t) = topology.filter(|_| super::volumes::has_claims(p)) {
-                        return Some(match t.constrain(p) {
-                            Ok(Some(constrained)) => PodInfo::from_pod(&constrained).map(Arc::new),
-                            Ok(None) => PodInfo::from_pod(p).map(Arc::new),
+                        let read = match t.constrain(p) {
+                            Ok(Some(constrained)) => PodInfo::from_pod(&constrained),
+                            Ok(None) => PodInfo::from_pod(p),
                             Err(e) => Err(e),
-                        });
+                        };
+                        return Some(read.map(|mut info| {
+                            let disks = t.disks(p);
+                            if disks > 0 {
+                                info.requests
+                                    .extended
+                                    .insert(super::volumes::DISK_ATTACHMENTS.to_string(), disks);
+                            }
+                            Arc::new(info)
+                        }));
                     }
                     let version = p
                         .metadata
@@ -637,6 +646,17 @@ impl Input {
                 &instance_types(&NodeSettings::default()).map_err(InputError::Catalog)?,
             ));
         }
+        if pending
+            .iter()
+            .chain(nodes.iter().flat_map(|n| n.pods.iter().map(|p| &**p)))
+            .any(|p| {
+                p.requests
+                    .extended
+                    .contains_key(super::volumes::DISK_ATTACHMENTS)
+            })
+        {
+            with_disk_slots(&mut pools, &mut nodes);
+        }
         pools.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
         let mut daemon_sets = Vec::new();
         for ds in &snapshot.daemon_sets {
@@ -693,6 +713,46 @@ pub fn default_pool(instance_types: &PoolTypes) -> Pool {
         limits: Limits::default(),
         in_use: Resources::zero(),
         nodes_in_use: 0,
+    }
+}
+
+/// Gives every instance type and existing node its data-disk slots
+/// ([`super::volumes::max_data_disks`]), once some pod is known to use Azure Disks: a node of
+/// a size the catalog does not know keeps no limit. Without such pods nothing changes, so
+/// plans of clusters without disks are untouched.
+fn with_disk_slots(pools: &mut [Pool], nodes: &mut [ExistingNode]) {
+    use super::volumes::{DISK_ATTACHMENTS, max_data_disks};
+    let mut slots: BTreeMap<String, i64> = BTreeMap::new();
+    for pool in pools.iter_mut() {
+        let types: Vec<crate::model::InstanceType> = pool
+            .instance_types
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                let n = max_data_disks(t.sku.vcpus);
+                t.capacity.extended.insert(DISK_ATTACHMENTS.to_string(), n);
+                t.allocatable
+                    .extended
+                    .insert(DISK_ATTACHMENTS.to_string(), n);
+                slots.insert(t.name.clone(), n);
+                t
+            })
+            .collect();
+        pool.instance_types = types.into();
+    }
+    for node in nodes.iter_mut() {
+        if node.allocatable.extended.contains_key(DISK_ATTACHMENTS) {
+            continue;
+        }
+        let n = node
+            .labels
+            .get(labels::INSTANCE_TYPE)
+            .and_then(|t| slots.get(t))
+            .copied()
+            .unwrap_or(i64::from(u32::MAX));
+        node.allocatable
+            .extended
+            .insert(DISK_ATTACHMENTS.to_string(), n);
     }
 }
 

@@ -4,7 +4,11 @@
 //! class's `allowedTopologies`. The zones become a required node-affinity expression on the
 //! pod's spec, so the scheduler, the packer and the plan validator all see them as written
 //! constraints. A claim, volume or class the pod names but the cluster lacks is an error on
-//! that pod's field: kube-scheduler would never place it, and no node is bought for it. Pure.
+//! that pod's field: kube-scheduler would never place it, and no node is bought for it.
+//!
+//! Azure Disks also count against a node's data-disk limit: each claim backed by the Azure
+//! Disk driver requests one [`DISK_ATTACHMENTS`], and each node allows its size's maximum
+//! data-disk count ([`max_data_disks`]), as the CSI driver's attach limit does. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +28,25 @@ pub const ZONE_KEYS: [&str; 3] = [
     "failure-domain.beta.kubernetes.io/zone",
     "topology.disk.csi.azure.com/zone",
 ];
+
+/// The extended resource planning counts Azure Disk attachments in: a pod requests one per
+/// claim the Azure Disk driver backs, a node allows [`max_data_disks`].
+pub const DISK_ATTACHMENTS: &str = "tailor.sh/azure-disk-attachments";
+
+/// The Azure Disk provisioners and drivers (the CSI driver and the in-tree plugin's name).
+const DISK_DRIVERS: [&str; 2] = ["disk.csi.azure.com", "kubernetes.io/azure-disk"];
+
+/// How many data disks a VM size attaches at most. Azure's published limits for the D, E and
+/// F sizes up to 64 vCPUs are two per vCPU, at most 32 (a 2-vCPU size: 4; 16 vCPUs and up:
+/// 32), and 64 for the larger sizes; the full catalog's `max_data_disks` capability agrees
+/// for every size it gives it for in those families.
+pub fn max_data_disks(vcpus: u32) -> i64 {
+    if vcpus > 64 {
+        64
+    } else {
+        (2 * i64::from(vcpus)).min(32)
+    }
+}
 
 /// The annotation marking the cluster's default StorageClass.
 const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
@@ -139,6 +162,47 @@ impl<'a> VolumeTopology<'a> {
             }
         }
         Ok(allowed)
+    }
+
+    /// How many of `pod`'s claims are Azure Disks (bound to a volume of the Azure Disk
+    /// driver, or to be provisioned by a class of it): each takes one of its node's
+    /// data-disk slots. Claims that cannot be read count as none (they fail in
+    /// [`VolumeTopology::zones`]).
+    pub fn disks(&self, pod: &Pod) -> i64 {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        let mut n = 0;
+        for v in volumes.into_iter().flatten() {
+            let Some(source) = &v.persistent_volume_claim else {
+                continue;
+            };
+            let Some(claim) = self.claims.get(&(namespace, source.claim_name.as_str())) else {
+                continue;
+            };
+            let spec = claim.spec.as_ref();
+            let disk = match spec.and_then(|s| s.volume_name.as_deref()) {
+                Some(bound) if !bound.is_empty() => self
+                    .volumes
+                    .get(bound)
+                    .and_then(|pv| pv.spec.as_ref())
+                    .is_some_and(|s| {
+                        s.azure_disk.is_some()
+                            || s.csi
+                                .as_ref()
+                                .is_some_and(|c| DISK_DRIVERS.contains(&c.driver.as_str()))
+                    }),
+                _ => {
+                    let class = match spec.and_then(|s| s.storage_class_name.as_deref()) {
+                        Some("") => None,
+                        Some(name) => self.classes.get(name).copied(),
+                        None => self.default_class,
+                    };
+                    class.is_some_and(|c| DISK_DRIVERS.contains(&c.provisioner.as_str()))
+                }
+            };
+            n += i64::from(disk);
+        }
+        n
     }
 
     /// `pod` with its volumes' zones added to its required node affinity (to every term,
@@ -365,6 +429,42 @@ mod tests {
         )];
         let t = VolumeTopology::new(&claims, &volumes, &[]);
         assert_eq!(t.zones(&pod(&["data"], "")).expect("readable"), None);
+    }
+
+    #[test]
+    fn azure_disk_claims_are_counted_and_others_are_not() {
+        let claims = [
+            claim("bound-disk", "{volumeName: pv-disk}"),
+            claim("bound-files", "{volumeName: pv-files}"),
+            claim("new-disk", "{storageClassName: managed-csi}"),
+            claim("new-files", "{storageClassName: azurefile}"),
+        ];
+        let volumes: [PersistentVolume; 2] = [
+            yaml(
+                "metadata: {name: pv-disk}\nspec: {csi: {driver: disk.csi.azure.com, volumeHandle: d}}\n",
+            ),
+            yaml(
+                "metadata: {name: pv-files}\nspec: {csi: {driver: file.csi.azure.com, volumeHandle: f}}\n",
+            ),
+        ];
+        let classes = [
+            class("managed-csi", "volumeBindingMode: WaitForFirstConsumer\n"),
+            yaml("metadata: {name: azurefile}\nprovisioner: file.csi.azure.com\n"),
+        ];
+        let t = VolumeTopology::new(&claims, &volumes, &classes);
+        assert_eq!(
+            t.disks(&pod(
+                &["bound-disk", "bound-files", "new-disk", "new-files"],
+                ""
+            )),
+            2
+        );
+        assert_eq!(t.disks(&pod(&["bound-files"], "")), 0);
+        // Azure's limits: two per vCPU up to 32, 64 above 64 vCPUs.
+        assert_eq!(
+            [2, 4, 8, 16, 64, 96].map(max_data_disks),
+            [4, 8, 16, 32, 32, 64]
+        );
     }
 
     #[test]
