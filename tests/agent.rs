@@ -623,6 +623,108 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_disk_is_zonal_runs_in_the_disks_zone_and_one_whose_claim_is_missing_buys_nothing()
+ {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(POOL).await;
+    // A pre-provisioned Azure Disk in eastus-3 and its claim, bound by the real PV
+    // controller; kube-scheduler's VolumeBinding then allows only eastus-3 nodes.
+    cp.apply_yaml(
+        r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-db}
+spec:
+  capacity: {storage: 32Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  claimRef: {namespace: default, name: data-db}
+  csi: {driver: disk.csi.azure.com, volumeHandle: /subscriptions/s/resourceGroups/r/providers/Microsoft.Compute/disks/db}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [eastus-3]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data-db, namespace: default}
+spec: {accessModes: [ReadWriteOnce], storageClassName: "", volumeName: pv-db, resources: {requests: {storage: 32Gi}}}
+"#,
+    )
+    .await;
+    let agent = Agent::start(&cp, "agent-volumes", &["--mode", "autonomous"]);
+    agent.wait_ready().await;
+    let with_claim = |name: &str, claim: &str| {
+        deployment(
+            name,
+            1,
+            "500m",
+            "512Mi",
+            &format!(
+                "      volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]"
+            ),
+        )
+    };
+    cp.apply_yaml(&with_claim("db", "data-db")).await;
+    cp.apply_yaml(&with_claim("lost", "no-such-claim")).await;
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
+    let db = eventually(Duration::from_secs(90), "the db pod Running", || async {
+        list(&pods).await.into_iter().find(|p| {
+            p.labels().get("app").map(String::as_str) == Some("db")
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+    })
+    .await;
+    let node_name = db
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("bound");
+    let node = Api::<Node>::all(cp.client.clone())
+        .get(&node_name)
+        .await
+        .expect("the db pod's node");
+    assert_eq!(
+        node.labels().get(labels::ZONE).map(String::as_str),
+        Some("eastus-3"),
+        "the disk is in eastus-3\n{}",
+        agent.log_tail(40)
+    );
+    // The pod whose claim does not exist is told why and gets no node: one claim was made,
+    // for db, and none after two more passes.
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
+    let told = eventually(
+        Duration::from_secs(60),
+        "FailedProvisioning on the lost pod",
+        || async {
+            list(&events).await.into_iter().find(|e| {
+                e.reason.as_deref() == Some("FailedProvisioning")
+                    && e.involved_object
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("lost-"))
+            })
+        },
+    )
+    .await;
+    let message = told.message.unwrap_or_default();
+    assert!(
+        message.contains("spec.volumes[0].persistentVolumeClaim.claimName")
+            && message.contains("no-such-claim"),
+        "{message}"
+    );
+    agent.wait_passes("provisioning", 2, 60).await;
+    assert_eq!(
+        list(&claims_api(&cp)).await.len(),
+        1,
+        "{}",
+        agent.log_tail(40)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_it() {
     let _serial = SERIAL.lock().await;
     let cp = ControlPlane::start().await;
@@ -727,7 +829,7 @@ spec:
     .await;
     let note = told.message.clone().unwrap_or_default();
     assert!(
-        note.contains("cannot read this pod's spec")
+        note.contains("plans no node for this pod")
             && note.contains("memory")
             && note.contains("overflows"),
         "{note}"

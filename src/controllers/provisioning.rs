@@ -635,7 +635,7 @@ async fn tell_unreadable<C: CloudProvider>(
                 EventType::Warning,
                 "FailedProvisioning",
                 "Provision",
-                format!("Tailor cannot read this pod's spec, so it plans no node for it (the other pending pods are planned): {reason}"),
+                format!("Tailor plans no node for this pod (the other pending pods are planned): {reason}"),
             )
             .await;
     }
