@@ -623,7 +623,7 @@ async fn a_capacity_error_falls_back_to_the_next_offering_which_is_skipped_until
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_whose_disk_is_zonal_runs_in_the_disks_zone_and_one_whose_claim_is_missing_buys_nothing()
+async fn a_pod_whose_disk_is_zonal_runs_in_the_disks_zone_and_one_whose_claim_or_class_is_missing_buys_nothing()
  {
     let _serial = SERIAL.lock().await;
     let cp = ControlPlane::start().await;
@@ -651,6 +651,11 @@ apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: data-db, namespace: default}
 spec: {accessModes: [ReadWriteOnce], storageClassName: "", volumeName: pv-db, resources: {requests: {storage: 32Gi}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: fast, namespace: default}
+spec: {accessModes: [ReadWriteOnce], storageClassName: premium-zrs, resources: {requests: {storage: 8Gi}}}
 "#,
     )
     .await;
@@ -669,6 +674,7 @@ spec: {accessModes: [ReadWriteOnce], storageClassName: "", volumeName: pv-db, re
     };
     cp.apply_yaml(&with_claim("db", "data-db")).await;
     cp.apply_yaml(&with_claim("lost", "no-such-claim")).await;
+    cp.apply_yaml(&with_claim("classless", "fast")).await;
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), "default");
     let db = eventually(Duration::from_secs(90), "the db pod Running", || async {
         list(&pods).await.into_iter().find(|p| {
@@ -692,29 +698,40 @@ spec: {accessModes: [ReadWriteOnce], storageClassName: "", volumeName: pv-db, re
         "the disk is in eastus-3\n{}",
         agent.log_tail(40)
     );
-    // The pod whose claim does not exist is told why and gets no node: one claim was made,
-    // for db, and none after two more passes.
+    // The pods whose claim, or whose claim's StorageClass, does not exist are told why and
+    // get no node: one claim was made, for db, and none after two more passes.
     let events: Api<Event> = Api::namespaced(cp.client.clone(), "default");
-    let told = eventually(
-        Duration::from_secs(60),
-        "FailedProvisioning on the lost pod",
-        || async {
-            list(&events).await.into_iter().find(|e| {
-                e.reason.as_deref() == Some("FailedProvisioning")
-                    && e.involved_object
-                        .name
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with("lost-"))
-            })
-        },
-    )
-    .await;
-    let message = told.message.unwrap_or_default();
-    assert!(
-        message.contains("spec.volumes[0].persistentVolumeClaim.claimName")
-            && message.contains("no-such-claim"),
-        "{message}"
-    );
+    for (pod, names) in [
+        (
+            "lost-",
+            "PersistentVolumeClaim default/no-such-claim not found",
+        ),
+        (
+            "classless-",
+            "StorageClass premium-zrs of claim default/fast not found",
+        ),
+    ] {
+        let told = eventually(
+            Duration::from_secs(60),
+            &format!("FailedProvisioning on the {pod} pod"),
+            || async {
+                list(&events).await.into_iter().find(|e| {
+                    e.reason.as_deref() == Some("FailedProvisioning")
+                        && e.involved_object
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(pod))
+                })
+            },
+        )
+        .await;
+        let message = told.message.unwrap_or_default();
+        assert!(
+            message.contains("spec.volumes[0].persistentVolumeClaim.claimName")
+                && message.contains(names),
+            "{message}"
+        );
+    }
     agent.wait_passes("provisioning", 2, 60).await;
     assert_eq!(
         list(&claims_api(&cp)).await.len(),
