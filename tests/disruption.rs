@@ -550,7 +550,22 @@ fn the_controller_looks_again_when_the_first_blocking_wait_ends() {
     )
     .replace("consolidateAfter: 5m", "consolidateAfter: 2h");
     let mut cluster = cluster_of(&yaml);
-    assert_eq!(cluster.next_wait_end(), Some(NOW + 3600));
+    let r = disruption::evaluate(&cluster, &Settings::default());
+    let held: BTreeSet<&str> = r
+        .blocked
+        .iter()
+        .filter(|b| b.reason.contains("consolidateAfter"))
+        .map(|b| b.node.as_str())
+        .collect();
+    assert_eq!(held, BTreeSet::from(["a"]), "{r:#?}");
+    assert_eq!(
+        cluster.next_wait_end(|n| held.contains(n)),
+        Some(NOW + 3600)
+    );
+    // A node held by something else is not woken for: its quiet time ending changes
+    // nothing. Only the expiry is left.
+    let expiry = NOW - 10 * 3600 + 720 * 3600;
+    assert_eq!(cluster.next_wait_end(|_| false), Some(expiry));
     // Then a is no longer held by consolidateAfter, and the next end is the expiry.
     cluster.now = NOW + 3600;
     let r = disruption::evaluate(&cluster, &Settings::default());
@@ -560,10 +575,10 @@ fn the_controller_looks_again_when_the_first_blocking_wait_ends() {
             .all(|b| !b.reason.contains("consolidateAfter")),
         "{r:#?}"
     );
-    assert_eq!(cluster.next_wait_end(), Some(NOW - 10 * 3600 + 720 * 3600));
-    // A pool that never consolidates still expires its nodes; nothing left: no wait.
+    assert_eq!(cluster.next_wait_end(|_| true), Some(expiry));
+    // Past every expiry: no wait left.
     cluster.now = NOW + 720 * 3600;
-    assert_eq!(cluster.next_wait_end(), None);
+    assert_eq!(cluster.next_wait_end(|_| true), None);
 }
 
 #[test]

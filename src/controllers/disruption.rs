@@ -222,28 +222,33 @@ pub async fn run<C: CloudProvider + 'static>(ctx: Arc<Context<C>>) {
         let modes = PoolModes::of(&ctx, &snapshot, &cluster);
         // What to carry out: the first decision over the autonomous pools, the
         // recommend-only ones held (their nodes still take moved pods).
-        let decision = if summary_due(last_summary, summary_took, timers.disruption_summary, now) {
-            last_summary = Some(now);
-            summarized_on = Some(generation);
-            let started = std::time::Instant::now();
-            let decision = summarize(
-                &ctx,
-                &mut cluster,
-                &modes,
-                &snapshot,
-                (&mut reported, &mut explained),
-                now,
-            )
-            .await;
-            summary_took = started.elapsed();
-            decision
-        } else {
-            decide(&ctx, &mut cluster, &modes)
-        };
+        let (decision, waiting) =
+            if summary_due(last_summary, summary_took, timers.disruption_summary, now) {
+                last_summary = Some(now);
+                summarized_on = Some(generation);
+                let started = std::time::Instant::now();
+                let outcome = summarize(
+                    &ctx,
+                    &mut cluster,
+                    &modes,
+                    &snapshot,
+                    (&mut reported, &mut explained),
+                    now,
+                )
+                .await;
+                summary_took = started.elapsed();
+                outcome
+            } else {
+                decide(&ctx, &mut cluster, &modes)
+            };
         if decision.is_none() {
-            // Looked at again when the first wait that blocks a node ends (a node's quiet
+            // Looked at again when the first wait that holds a node ends (a node's quiet
             // time after its pods moved), not only at the periodic re-check.
-            consolidated = Some((generation, now, cluster.next_wait_end()));
+            consolidated = Some((
+                generation,
+                now,
+                cluster.next_wait_end(|n| waiting.contains(n)),
+            ));
         }
         if let Some(decision) = validation.offer(now, decision)
             && let Err(e) = start(&ctx, &snapshot, &cluster, &decision, now).await
@@ -366,10 +371,10 @@ fn decide<C: CloudProvider>(
     ctx: &Context<C>,
     cluster: &mut disruption::Cluster,
     modes: &PoolModes,
-) -> Option<Decision> {
+) -> (Option<Decision>, BTreeSet<String>) {
     cluster.held = modes.recommend.clone();
     if !modes.autonomous_nodes {
-        return None;
+        return (None, BTreeSet::new());
     }
     let settings = disruption::Settings {
         all: false,
@@ -379,7 +384,21 @@ fn decide<C: CloudProvider>(
     let report = disruption::evaluate(cluster, &settings);
     ctx.metrics
         .observe_decision("consolidation", started.elapsed().as_secs_f64());
-    report.decisions.into_iter().next()
+    let waiting = waiting_on_time(report.blocked.iter());
+    (report.decisions.into_iter().next(), waiting)
+}
+
+/// The blocked nodes held only by a wait that ends by itself: their pool's
+/// `consolidateAfter` since a pod change, or capacity bought ahead until its growth comes.
+fn waiting_on_time<'a>(blocked: impl Iterator<Item = &'a disruption::Blocked>) -> BTreeSet<String> {
+    use crate::telemetry::names::BlockedReason;
+    blocked
+        .filter(|b| {
+            BlockedReason::classify(&b.reason) == BlockedReason::ConsolidateAfter
+                || b.reason.starts_with("bought ahead")
+        })
+        .map(|b| b.node.clone())
+        .collect()
 }
 
 /// Every decision on the cluster now, each mode's pools evaluated with the other's held:
@@ -394,7 +413,7 @@ async fn summarize<C: CloudProvider>(
     snapshot: &Snapshot,
     (reported, explained): (&mut HashMap<String, Timestamp>, &mut Explained),
     now: Timestamp,
-) -> Option<Decision> {
+) -> (Option<Decision>, BTreeSet<String>) {
     let started = std::time::Instant::now();
     let mut run = |held: &BTreeSet<String>, any: bool| {
         if !any {
@@ -491,7 +510,8 @@ async fn summarize<C: CloudProvider>(
                 .await;
         }
     }
-    acting.decisions.into_iter().next()
+    let waiting = waiting_on_time(acting.blocked.iter().chain(&reporting.blocked));
+    (acting.decisions.into_iter().next(), waiting)
 }
 
 /// A blocked node's reason is told again (as an Event on its NodeClaim) after this long,

@@ -322,23 +322,27 @@ fn pdb(p: &PodDisruptionBudget, pods: &[std::sync::Arc<Pod>]) -> Result<Pdb, Clu
 
 impl Cluster {
     /// The earliest time after `now` (unix seconds) at which a wait that blocks a managed
-    /// node ends on its own: its pool's `consolidateAfter` since the last pod change, the
-    /// growth it was bought ahead of, or its `expireAfter`. A cluster that does not change
-    /// gives the same decisions until then, so the controller looks again at that time
-    /// instead of at its next periodic re-check.
-    pub fn next_wait_end(&self) -> Option<i64> {
+    /// node ends on its own: its pool's `consolidateAfter` since the last pod change or the
+    /// growth it was bought ahead of, for the nodes `waiting` names (those the last
+    /// evaluation found held by exactly that), or any node's `expireAfter`. A cluster that
+    /// does not change gives the same decisions until then, so the controller looks again
+    /// at that time instead of at its next periodic re-check; a node held by something else
+    /// (a PDB, no cheaper arrangement) would give the same answer when its quiet time ends.
+    pub fn next_wait_end(&self, waiting: impl Fn(&str) -> bool) -> Option<i64> {
         let mut ends = Vec::new();
-        for m in &self.nodes {
+        for (n, m) in self.input.nodes.iter().zip(&self.nodes) {
             let Some(rules) = m.pool.as_ref().and_then(|p| self.rules.get(p)) else {
                 continue;
             };
-            if let (Some(after), Some(since)) =
-                (rules.consolidate_after, m.last_pod_event.or(m.created))
-            {
-                ends.push(since.saturating_add(after));
-            }
-            if let Some(until) = m.kept_until {
-                ends.push(until);
+            if waiting(&n.name) {
+                if let (Some(after), Some(since)) =
+                    (rules.consolidate_after, m.last_pod_event.or(m.created))
+                {
+                    ends.push(since.saturating_add(after));
+                }
+                if let Some(until) = m.kept_until {
+                    ends.push(until);
+                }
             }
             if let (Some(life), Some(created)) = (rules.expire_after, m.created) {
                 ends.push(created.saturating_add(life));
