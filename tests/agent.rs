@@ -1295,6 +1295,41 @@ async fn scale_down_consolidates_without_breaking_a_pdb_or_moving_a_do_not_disru
     );
     // ... and follow the nodes consolidation removed: their groups drop out of the totals.
     gauges_show(&agent, &after).await;
+    // Every decision is explained on the objects: what was disrupted and what it saved, the
+    // pods it evicted, and why the pinned pod's node stays.
+    let events = list(&Api::<Event>::namespaced(cp.client.clone(), "default")).await;
+    let with = |reason: &str| -> Vec<&Event> {
+        events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    };
+    let disrupting = with("Disrupting");
+    assert!(
+        disrupting
+            .iter()
+            .any(|e| e.involved_object.kind.as_deref() == Some("NodeClaim")
+                && e.message.as_deref().is_some_and(|m| m.contains("saving $"))),
+        "no Disrupting Event with its saving: {disrupting:#?}"
+    );
+    let evicted = with("Evicted");
+    assert!(
+        evicted
+            .iter()
+            .any(|e| e.involved_object.kind.as_deref() == Some("Pod")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("evicted by Tailor: node "))),
+        "no Evicted Event on a moved pod: {evicted:#?}"
+    );
+    let blocked = with("DisruptionBlocked");
+    assert!(
+        blocked.iter().any(|e| e
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("do-not-disrupt"))),
+        "the pinned pod's node does not say why it stays: {blocked:#?}"
+    );
 }
 
 /// A gauge's total over its series in a `/metrics` text (`name` alone, or with labels).
