@@ -137,7 +137,13 @@ async fn serve(router: Router, cert: &certificate::ServingCertificate) -> String
         .expect("bind");
     let address = listener.local_addr().expect("address");
     let resolver = certificate::Resolver::new(certificate::certified_key(cert).expect("key"));
-    tokio::spawn(webhook::serve_tls(listener, resolver, router));
+    tokio::spawn(webhook::serve_tls(
+        listener,
+        resolver,
+        router,
+        tailor::server::ConnectionLimits::default(),
+        None,
+    ));
     format!("https://{address}{PATH}")
 }
 

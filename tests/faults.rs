@@ -528,3 +528,236 @@ async fn a_leader_cut_off_from_the_api_server_stops_leading_and_fails_liveness_u
     )
     .await;
 }
+
+/// How a flooding client holds a connection: silent, or with a request it never finishes.
+#[derive(Clone, Copy, Debug)]
+enum Hold {
+    /// Connects and sends nothing (no request, or no TLS ClientHello).
+    Idle,
+    /// Sends the start of an HTTP request and never its end.
+    HalfRequest,
+    /// Sends the header of a TLS record announcing a ClientHello and never the rest.
+    HalfHandshake,
+}
+
+/// What a flood saw: connections the server closed, and the longest any stayed open
+/// (those still open at the end count with their age then).
+#[derive(Debug, Default)]
+struct Flood {
+    closed_by_server: usize,
+    longest_open: Duration,
+}
+
+/// Keeps `n` connections from `from` to `to` held as `hold`, opening a new one whenever
+/// the server closes one, until `stop` is set.
+async fn flood(
+    from: &'static str,
+    to: std::net::SocketAddr,
+    hold: Hold,
+    n: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Flood {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut holders = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let stop = stop.clone();
+        holders.spawn(async move {
+            let mut seen = Flood::default();
+            while !stop.load(Ordering::Relaxed) {
+                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                socket
+                    .bind(format!("{from}:0").parse().expect("address"))
+                    .expect("bind");
+                let Ok(mut stream) = socket.connect(to).await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let opened = Instant::now();
+                let start: &[u8] = match hold {
+                    Hold::Idle => b"",
+                    Hold::HalfRequest => b"GET /metrics HTTP/1.1\r\nHost: tailor\r\n",
+                    Hold::HalfHandshake => &[0x16, 0x03, 0x01, 0x02, 0x00],
+                };
+                let _ = stream.write_all(start).await;
+                let mut buf = [0u8; 512];
+                loop {
+                    tokio::select! {
+                        read = stream.read(&mut buf) => match read {
+                            Ok(0) | Err(_) => {
+                                seen.closed_by_server += 1;
+                                break;
+                            }
+                            Ok(_) => {}
+                        },
+                        () = tokio::time::sleep(Duration::from_millis(100)) => {
+                            if stop.load(Ordering::Relaxed) {
+                                break;
+                            }
+                        }
+                    }
+                }
+                seen.longest_open = seen.longest_open.max(opened.elapsed());
+                // A bounded flood: each holder opens at most four connections a second.
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            seen
+        });
+    }
+    let mut total = Flood::default();
+    while let Some(seen) = holders.join_next().await {
+        let seen = seen.expect("holder");
+        total.closed_by_server += seen.closed_by_server;
+        total.longest_open = total.longest_open.max(seen.longest_open);
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_on_every_listener_is_shed_and_the_agent_keeps_provisioning() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tailor::apis::NodeClaim;
+
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(
+        r#"
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux, maxPods: 110}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: tailor.sh/sku-family, operator: In, values: [D]}
+      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+  disruption: {consolidateAfter: 10m}
+"#,
+    )
+    .await;
+    let webhook = format!("127.0.0.1:{}", free_port());
+    // 256 descriptors, as a tight container limit: 800 flooding connections would take
+    // them all if the listeners accepted and held every one.
+    let agent = Agent::start_with_open_files(
+        &cp,
+        "flood",
+        &[
+            "--mode",
+            "autonomous",
+            "--webhook-address",
+            &webhook,
+            "--webhook-url",
+            &format!("https://{webhook}/mutate-pods"),
+        ],
+        256,
+    );
+    agent.wait_ready().await;
+    agent.wait_leading(60).await;
+    let metrics_address: std::net::SocketAddr = agent
+        .url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("agent address");
+    let webhook_address: std::net::SocketAddr = webhook.parse().expect("webhook address");
+
+    // Two other clients (two source addresses on loopback), 200 connections each way.
+    let stop = Arc::new(AtomicBool::new(false));
+    let floods = [
+        ("127.0.0.2", metrics_address, Hold::Idle),
+        ("127.0.0.2", metrics_address, Hold::HalfRequest),
+        ("127.0.0.3", webhook_address, Hold::Idle),
+        ("127.0.0.3", webhook_address, Hold::HalfHandshake),
+    ]
+    .map(|(from, to, hold)| tokio::spawn(flood(from, to, hold, 200, stop.clone())));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Under the flood, health answers at once and a new pod gets a node.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    for _ in 0..5 {
+        let health = client
+            .get(format!("{}/healthz", agent.url))
+            .send()
+            .await
+            .expect("/healthz answers under the flood");
+        assert_eq!(health.status(), 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    cp.apply_yaml(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+         spec:\n  replicas: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    \
+         metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - name: c\n        \
+         image: i\n        resources: {requests: {cpu: 500m, memory: 1Gi}}\n",
+    )
+    .await;
+    let claims: kube::Api<NodeClaim> = kube::Api::all(cp.client.clone());
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(cp.client.clone(), "default");
+    eventually(
+        Duration::from_secs(60),
+        "a NodeClaim launched and the pods bound under the flood",
+        || async {
+            let launched = control_plane::list(&claims).await.into_iter().any(|c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| s.provider_id.as_deref().is_some_and(|p| !p.is_empty()))
+            });
+            let bound = control_plane::list(&pods)
+                .await
+                .iter()
+                .filter(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty())
+                })
+                .count();
+            (launched && bound == 2).then_some(())
+        },
+    )
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    let mut seen = Vec::new();
+    for f in floods {
+        seen.push(f.await.expect("flood"));
+    }
+    // Every flooding connection was closed by the agent: at accept when the listener was
+    // full, or at the (scaled) 2 s header or handshake timeout; none lived much longer.
+    for (s, what) in seen.iter().zip([
+        "idle HTTP",
+        "half-sent HTTP request",
+        "idle TLS",
+        "half-sent TLS handshake",
+    ]) {
+        assert!(s.closed_by_server >= 200, "{what}: {s:?}");
+        assert!(s.longest_open < Duration::from_secs(5), "{what}: {s:?}");
+    }
+    let text = agent.metrics().await;
+    let shed = |listener: &str, reason: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("tailor_http_connections_shed_total{")
+                    && l.contains(&format!("listener=\"{listener}\""))
+                    && l.contains(&format!("reason=\"{reason}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(shed("metrics", "header_timeout") > 0.0, "{text}");
+    assert!(shed("webhook", "handshake_timeout") > 0.0, "{text}");
+    assert!(
+        shed("metrics", "limit") + shed("metrics", "client_limit") > 0.0,
+        "{text}"
+    );
+    assert!(agent.log().lines().all(|l| !l.contains("panicked")));
+}

@@ -409,6 +409,10 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
     let ready = Readiness::default();
     let live = Liveness::default();
     let mut tasks = JoinSet::new();
+    // Every listener shares the process' descriptors: the limits leave half to the agent.
+    let listeners =
+        1 + usize::from(metrics_address != health_address) + usize::from(webhook_address.is_some());
+    let limits = crate::server::ConnectionLimits::scaled(timer_scale).within_descriptors(listeners);
     serve(
         &mut tasks,
         metrics_address,
@@ -416,6 +420,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         &metrics,
         &ready,
         &live,
+        limits,
     )
     .await?;
 
@@ -474,6 +479,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         let webhook = Webhook {
             address,
             endpoint,
+            limits,
             cert_dir: webhook_cert_dir.filter(|d| !d.as_os_str().is_empty()),
             settings: crate::webhook::Settings {
                 global_mode: match mode {
@@ -636,13 +642,18 @@ async fn serve(
     metrics: &Metrics,
     ready: &Readiness,
     live: &Liveness,
+    limits: crate::server::ConnectionLimits,
 ) -> Result<()> {
+    use crate::telemetry::names::Listener;
     let addresses = if metrics_address == health_address {
-        vec![metrics_address]
+        vec![(metrics_address, Listener::Metrics)]
     } else {
-        vec![metrics_address, health_address]
+        vec![
+            (metrics_address, Listener::Metrics),
+            (health_address, Listener::Health),
+        ]
     };
-    for address in addresses {
+    for (address, name) in addresses {
         // Bind before anything else starts, so an address in use is reported at once.
         let listener =
             tokio::net::TcpListener::bind(address)
@@ -652,11 +663,14 @@ async fn serve(
                     reason: format!("binding {address}: {e}"),
                 })?;
         let router = crate::server::router(metrics.clone(), ready.clone(), live.clone());
-        tasks.spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
-                tracing::error!(error = %e, "serving metrics and health failed");
-            }
-        });
+        tasks.spawn(crate::server::serve_connections(
+            listener,
+            router,
+            None,
+            limits,
+            name,
+            Some(metrics.clone()),
+        ));
     }
     Ok(())
 }
@@ -665,6 +679,7 @@ async fn serve(
 struct Webhook {
     address: SocketAddr,
     endpoint: crate::webhook::Endpoint,
+    limits: crate::server::ConnectionLimits,
     cert_dir: Option<PathBuf>,
     settings: crate::webhook::Settings,
 }
@@ -685,6 +700,7 @@ impl Webhook {
         let Webhook {
             address,
             endpoint,
+            limits,
             cert_dir,
             settings,
         } = self;
@@ -713,6 +729,7 @@ impl Webhook {
             settings,
             Some(metrics.clone()),
         );
+        let served_metrics = metrics.clone();
         tasks.spawn(async move {
             let (cert, resolver) = match mounted {
                 Some((cert, key)) => {
@@ -751,7 +768,7 @@ impl Webhook {
                     tokio::time::sleep(Duration::from_secs(300)).await;
                 }
             });
-            webhook::serve_tls(listener, resolver, router).await;
+            webhook::serve_tls(listener, resolver, router, limits, Some(served_metrics)).await;
         });
         Ok(())
     }

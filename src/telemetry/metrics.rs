@@ -19,9 +19,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::names::{
-    self, BlockedReason, CloudOperation, Controller, DropReason, EvictionWait, MetricDef,
-    MetricType, PrometheusQuery, QueryError, RecommendationState, SavingsSource, Signal, Stage,
-    StuckResize, TerminationReason, Usage, WebhookOutcome, When,
+    self, BlockedReason, CloudOperation, ConnectionShed, Controller, DropReason, EvictionWait,
+    Listener, MetricDef, MetricType, PrometheusQuery, QueryError, RecommendationState,
+    SavingsSource, Signal, Stage, StuckResize, TerminationReason, Usage, WebhookOutcome, When,
 };
 
 type Labels = Vec<(&'static str, String)>;
@@ -287,6 +287,15 @@ impl Metrics {
         }
         for outcome in WebhookOutcome::ALL {
             m.add(&names::WEBHOOK_REQUESTS, &[outcome.as_str()], 0.0);
+        }
+        for listener in Listener::ALL {
+            for reason in ConnectionShed::ALL {
+                m.add(
+                    &names::HTTP_CONNECTIONS_SHED,
+                    &[listener.as_str(), reason.as_str()],
+                    0.0,
+                );
+            }
         }
         for signal in Signal::ALL {
             for reason in DropReason::ALL {
@@ -664,6 +673,20 @@ impl Metrics {
     }
 
     // The agent.
+
+    /// Sets how many connections `listener` holds open.
+    pub fn set_connections(&self, listener: Listener, open: usize) {
+        self.set(&names::HTTP_CONNECTIONS, &[listener.as_str()], open as f64);
+    }
+
+    /// Counts a connection `listener` closed before it was done with, and why.
+    pub fn connection_shed(&self, listener: Listener, reason: ConnectionShed) {
+        self.add(
+            &names::HTTP_CONNECTIONS_SHED,
+            &[listener.as_str(), reason.as_str()],
+            1.0,
+        );
+    }
 
     /// Records whether this replica leads.
     pub fn set_leader(&self, leader: bool) {

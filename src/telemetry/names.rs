@@ -134,6 +134,8 @@ pub mod label {
     pub const QUERY: &str = "query";
     /// What the admission webhook did with a pod: [`super::WebhookOutcome`].
     pub const OUTCOME: &str = "outcome";
+    /// One of the agent's HTTP listeners: [`super::Listener`].
+    pub const LISTENER: &str = "listener";
 }
 
 macro_rules! vocabulary {
@@ -470,6 +472,36 @@ vocabulary!(
         Unchanged => "unchanged",
         /// Allowed as it is because the review or an object it needs could not be read.
         Error => "error",
+    }
+);
+
+vocabulary!(
+    /// One of the agent's HTTP listeners (label `listener` of [`HTTP_CONNECTIONS`]).
+    Listener {
+        /// `/metrics`, and `/healthz` and `/readyz` when they share its address.
+        Metrics => "metrics",
+        /// `/healthz` and `/readyz` on an address of their own.
+        Health => "health",
+        /// The admission webhook (HTTPS).
+        Webhook => "webhook",
+    }
+);
+
+vocabulary!(
+    /// Why a listener closed a connection before it was done with (label `reason` of
+    /// [`HTTP_CONNECTIONS_SHED`]).
+    ConnectionShed {
+        /// The listener held as many connections as it may.
+        Limit => "limit",
+        /// The client's address held as many connections as one address may.
+        ClientLimit => "client_limit",
+        /// The TLS handshake did not finish in time.
+        HandshakeTimeout => "handshake_timeout",
+        /// A request's headers did not arrive in time (this includes an idle keep-alive
+        /// connection).
+        HeaderTimeout => "header_timeout",
+        /// A request was not read and answered in time; it was answered 408.
+        RequestTimeout => "request_timeout",
     }
 );
 
@@ -917,6 +949,25 @@ metric!(
     "Objects in the agent's stores, by kind"
 );
 
+metric!(
+    HTTP_CONNECTIONS,
+    Agent,
+    "tailor_http_connections",
+    Gauge,
+    "connections",
+    [l::LISTENER],
+    "Connections open on each of the agent's HTTP listeners"
+);
+metric!(
+    HTTP_CONNECTIONS_SHED,
+    Agent,
+    "tailor_http_connections_shed",
+    Counter,
+    "connections",
+    [l::LISTENER, l::REASON],
+    "Connections a listener closed before they were done with: over its limits, or too slow to handshake, send headers or finish a request"
+);
+
 /// Every metric, in the order of the reference page.
 pub const CATALOGUE: &[MetricDef] = &[
     PODS_PENDING,
@@ -963,6 +1014,8 @@ pub const CATALOGUE: &[MetricDef] = &[
     RECONCILE_ERRORS,
     OTLP_DROPPED,
     SNAPSHOT_OBJECTS,
+    HTTP_CONNECTIONS,
+    HTTP_CONNECTIONS_SHED,
 ];
 
 /// The bounded values of a label key, where Tailor fixes them (the others come from the
@@ -983,6 +1036,10 @@ pub fn label_values(key: &str, metric: &str) -> Option<Vec<&'static str>> {
             all(EvictionWait::ALL, EvictionWait::as_str)
         }
         l::REASON if metric == OTLP_DROPPED.name => all(DropReason::ALL, DropReason::as_str),
+        l::REASON if metric == HTTP_CONNECTIONS_SHED.name => {
+            all(ConnectionShed::ALL, ConnectionShed::as_str)
+        }
+        l::LISTENER => all(Listener::ALL, Listener::as_str),
         l::REASON => all(TerminationReason::ALL, TerminationReason::as_str),
         l::SIGNAL => all(Signal::ALL, Signal::as_str),
         l::OPERATION => all(CloudOperation::ALL, CloudOperation::as_str),

@@ -24,8 +24,6 @@ use axum::extract::State as AxumState;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::post;
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
@@ -291,12 +289,14 @@ async fn review(AxumState(h): AxumState<Handler>, body: Bytes) -> impl IntoRespo
     )
 }
 
-/// Serves `router` over TLS on `listener` until the task is aborted; the certificate comes
-/// from `resolver` at each handshake.
+/// Serves `router` over TLS on `listener` within `limits` until the task is aborted; the
+/// certificate comes from `resolver` at each handshake.
 pub async fn serve_tls(
     listener: TcpListener,
     resolver: Arc<certificate::Resolver>,
     router: Router,
+    limits: crate::server::ConnectionLimits,
+    metrics: Option<Metrics>,
 ) {
     let builder = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
@@ -310,34 +310,15 @@ pub async fn serve_tls(
         }
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "webhook accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(router.clone());
-        tokio::spawn(async move {
-            let tls = match acceptor.accept(stream).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(peer = %peer, error = %e, "webhook TLS handshake failed");
-                    return;
-                }
-            };
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(peer = %peer, error = %e, "webhook connection ended");
-            }
-        });
-    }
+    crate::server::serve_connections(
+        listener,
+        router,
+        Some(TlsAcceptor::from(Arc::new(config))),
+        limits,
+        crate::telemetry::names::Listener::Webhook,
+        metrics,
+    )
+    .await;
 }
 
 /// Where the API server reaches the webhook, parsed from `--webhook-url`.

@@ -593,6 +593,29 @@ impl Agent {
             extra,
             env,
             TIMER_SCALE,
+            None,
+        )
+    }
+
+    /// Starts `tailor run` on the KWOK cloud with `extra` flags, allowed to open at most
+    /// `open_files` descriptors (soft and hard limit), as a container runtime may set.
+    #[allow(dead_code)] // used by the connection-flood test only
+    pub fn start_with_open_files(
+        cp: &ControlPlane,
+        name: &str,
+        extra: &[&str],
+        open_files: u64,
+    ) -> Agent {
+        Agent::spawn(
+            cp,
+            &cp.kubeconfig,
+            "default",
+            name,
+            &["--cloud", "kwok"],
+            extra,
+            &[],
+            TIMER_SCALE,
+            Some(open_files),
         )
     }
 
@@ -609,6 +632,7 @@ impl Agent {
             extra,
             &[],
             1.0,
+            None,
         )
     }
 
@@ -622,6 +646,7 @@ impl Agent {
         extra: &[&str],
         env: &[(&str, &str)],
         timer_scale: f64,
+        open_files: Option<u64>,
     ) -> Agent {
         let port = free_port();
         let address = format!("127.0.0.1:{port}");
@@ -645,7 +670,26 @@ impl Agent {
         } else {
             vec!["--kubeconfig".as_ref(), kubeconfig.as_os_str()]
         };
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(n) = open_files {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure only calls setrlimit, which is
+            // async-signal-safe, and allocates nothing.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = command
             .arg("run")
             .args(kubeconfig_flag)
             .args(cloud)
