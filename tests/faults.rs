@@ -6,6 +6,8 @@
 #[path = "support/control_plane.rs"]
 #[allow(dead_code)] // shared with tests/agent.rs, which uses all of it
 mod control_plane;
+#[path = "support/hostile_prometheus.rs"]
+mod hostile_prometheus;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -529,6 +531,26 @@ async fn a_leader_cut_off_from_the_api_server_stops_leading_and_fails_liveness_u
     .await;
 }
 
+/// A node class and an on-demand D-family NodePool that consolidates only after 10 minutes.
+const POOL: &str = r#"
+apiVersion: tailor.sh/v1alpha1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: AzureLinux, maxPods: 110}
+---
+apiVersion: tailor.sh/v1alpha1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: tailor.sh/sku-family, operator: In, values: [D]}
+      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
+  disruption: {consolidateAfter: 10m}
+"#;
+
 /// How a flooding client holds a connection: silent, or with a request it never finishes.
 #[derive(Clone, Copy, Debug)]
 enum Hold {
@@ -620,27 +642,7 @@ async fn a_connection_flood_on_every_listener_is_shed_and_the_agent_keeps_provis
     use tailor::apis::NodeClaim;
 
     let cp = ControlPlane::start().await;
-    cp.apply_yaml(
-        r#"
-apiVersion: tailor.sh/v1alpha1
-kind: AKSNodeClass
-metadata: {name: default}
-spec: {imageFamily: AzureLinux, maxPods: 110}
----
-apiVersion: tailor.sh/v1alpha1
-kind: NodePool
-metadata: {name: default}
-spec:
-  template:
-    spec:
-      requirements:
-      - {key: tailor.sh/sku-family, operator: In, values: [D]}
-      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
-      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
-  disruption: {consolidateAfter: 10m}
-"#,
-    )
-    .await;
+    cp.apply_yaml(POOL).await;
     let webhook = format!("127.0.0.1:{}", free_port());
     // 256 descriptors, as a tight container limit: 800 flooding connections would take
     // them all if the listeners accepted and held every one.
@@ -758,6 +760,135 @@ spec:
     assert!(
         shed("metrics", "limit") + shed("metrics", "client_limit") > 0.0,
         "{text}"
+    );
+    assert!(agent.log().lines().all(|l| !l.contains("panicked")));
+}
+
+/// The agent's memory limit in the chart's values, in MiB.
+fn chart_memory_limit_mib() -> f64 {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/charts/tailor/values.yaml");
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(path).expect("values.yaml")).expect("YAML");
+    let limit = values["resources"]["limits"]["memory"]
+        .as_str()
+        .expect("resources.limits.memory");
+    limit
+        .strip_suffix("Mi")
+        .and_then(|v| v.parse().ok())
+        .or_else(|| {
+            limit
+                .strip_suffix("Gi")
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|g| g * 1024.0)
+        })
+        .expect("a limit in Mi or Gi")
+}
+
+/// Peak resident memory (VmHWM) of process `pid`, in MiB.
+fn peak_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_prometheus_answers_keep_the_agent_under_the_charts_memory_limit() {
+    use tailor::apis::NodeClaim;
+
+    let cp = ControlPlane::start().await;
+    cp.apply_yaml(POOL).await;
+    cp.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: hostile}\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: hostile}\n\
+         spec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    \
+         metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - name: c\n        \
+         image: i\n        resources: {requests: {cpu: 100m, memory: 64Mi}}\n",
+    )
+    .await;
+    // 362 containers: the two weeks of CPU are read as four queries of 181 containers, all
+    // in flight at once. Each is answered with 240 series (what a query of 181 may hold)
+    // of 10,999 samples, each padded with a label to the most a series of 10,999 steps may
+    // take: about 180 MB an answer, 720 MB at once.
+    let server = hostile_prometheus::start(hostile_prometheus::Shape {
+        containers: 362,
+        series: 240,
+        pad_bytes: None,
+    })
+    .await;
+    let agent = Agent::start(
+        &cp,
+        "hostile",
+        &["--mode", "autonomous", "--prometheus-url", &server.url],
+    );
+    agent.wait_ready().await;
+    let limit = chart_memory_limit_mib();
+    // The read takes every answer, or refuses one; meanwhile provisioning goes on.
+    cp.apply_yaml(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+         spec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    \
+         metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - name: c\n        \
+         image: i\n        resources: {requests: {cpu: 500m, memory: 1Gi}}\n",
+    )
+    .await;
+    let claims: kube::Api<NodeClaim> = kube::Api::all(cp.client.clone());
+    let started = Instant::now();
+    eventually(
+        Duration::from_secs(120),
+        "a NodeClaim for the new pod while the answers stream",
+        || async { (!control_plane::list(&claims).await.is_empty()).then_some(()) },
+    )
+    .await;
+    let claim_after = started.elapsed();
+    // The read ends: every answer is within its query's limits, so it succeeds.
+    let counter = |text: &str, name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let queries = eventually(Duration::from_secs(300), "the usage read done", || async {
+        let text = agent.metrics().await;
+        assert_eq!(
+            counter(&text, "tailor_usage_read_failures_total"),
+            0.0,
+            "the read failed:\n{}",
+            agent.log_tail(5)
+        );
+        let queries = counter(&text, "tailor_usage_queries_total");
+        (queries > 0.0).then_some(queries)
+    })
+    .await;
+    assert!(queries >= 4.0 + 3.0, "{queries} queries");
+    let served = server
+        .range_bytes
+        .load(std::sync::atomic::Ordering::Relaxed) as f64
+        / 1048576.0;
+    let peak = peak_mib(agent.pid());
+    eprintln!(
+        "hostile Prometheus: {served:.0} MiB of range answers read; agent peak {peak:.0} MiB \
+         (chart limit {limit:.0} MiB); first NodeClaim {:.1} s after the pod",
+        claim_after.as_secs_f64()
+    );
+    // Every answer was read to its end, and together they were larger than the limit.
+    let answers = server
+        .range_answers
+        .load(std::sync::atomic::Ordering::Relaxed) as f64;
+    assert!(
+        answers + 1.0 >= queries,
+        "{answers} answers of {queries} queries"
+    );
+    assert!(
+        served > limit,
+        "the answers were not hostile: {served:.0} MiB"
+    );
+    assert!(
+        peak < limit,
+        "the agent peaked at {peak:.0} MiB, over the chart's {limit:.0} MiB limit"
     );
     assert!(agent.log().lines().all(|l| !l.contains("panicked")));
 }

@@ -1062,7 +1062,11 @@ async fn a_server_that_never_answers_is_reported_as_a_timeout_with_its_length() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn implausible_samples_are_dropped_and_counted() {
-    let q = hour_query();
+    // Six hours: every query has at least the five steps the answer's series hold.
+    let q = UsageQuery {
+        start: hour_query().end - 6 * 3600,
+        ..hour_query()
+    };
     let t = q.end;
     let url = fake_prometheus(move |path| {
         let labels = r#"{"namespace":"shop","pod":"web-1","container":"app"}"#;
@@ -1298,4 +1302,56 @@ async fn a_read_records_each_request_its_failures_by_kind_and_the_age_of_the_new
         let count = "tailor_prometheus_query_duration_seconds_count{query=\"series\"}";
         assert_eq!(series_value(&text, count), f64::from(expected), "{url}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_more_series_or_samples_than_its_query_can_have_is_refused() {
+    let start = hour_query().start;
+    let answer = move |series: usize, samples: usize| {
+        move |path: &str| {
+            let labels =
+                |i: usize| format!(r#"{{"namespace":"shop","pod":"web-{i}","container":"app"}}"#);
+            let body = if path.ends_with("/series") {
+                format!(r#"{{"status":"success","data":[{}]}}"#, labels(0))
+            } else {
+                let values: Vec<String> = (0..samples)
+                    .map(|k| format!("[{},\"0.5\"]", start + 60 * k as i64))
+                    .collect();
+                let result: Vec<String> = (0..series)
+                    .map(|i| {
+                        format!(
+                            r#"{{"metric":{},"values":[{}]}}"#,
+                            labels(i),
+                            values.join(",")
+                        )
+                    })
+                    .collect();
+                format!(
+                    r#"{{"status":"success","data":{{"resultType":"matrix","result":[{}]}}}}"#,
+                    result.join(",")
+                )
+            };
+            Answer::Full("application/json", body)
+        }
+    };
+    // One container: a query's answer may hold 17 series (16 more, for containers that
+    // appeared since the lookup), and the hourly queries one sample a series.
+    let read = |series, samples| async move {
+        let url = fake_prometheus(answer(series, samples)).await;
+        let source = PrometheusSource::new(PrometheusSettings::new(&url)).expect("source builds");
+        source.usage(&hour_query()).await
+    };
+    let err = read(18, 1).await.expect_err("too many series").to_string();
+    assert!(
+        err.contains("more than 17 series, more than the query covers"),
+        "{err}"
+    );
+    let err = read(1, 2).await.expect_err("too many samples").to_string();
+    assert!(
+        err.contains("series shop/web-0/app has more than 1 samples"),
+        "{err}"
+    );
+    // The same shapes within the limits are read.
+    let usage = read(17, 1).await.expect("within the limits");
+    assert_eq!(usage.containers.len(), 17);
 }

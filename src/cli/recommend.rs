@@ -179,7 +179,8 @@ pub struct PrometheusArgs {
     #[arg(long, env = "TAILOR_PROMETHEUS_CA_FILE")]
     pub prometheus_ca_file: Option<PathBuf>,
 
-    /// Per-request timeout for Prometheus, seconds.
+    /// How long Prometheus may take to start an answer, and then to send each part of it,
+    /// seconds.
     #[arg(long, env = "TAILOR_PROMETHEUS_TIMEOUT_SECONDS", default_value_t = 30)]
     pub prometheus_timeout_seconds: u64,
 

@@ -1,5 +1,6 @@
 //! Reading usage history: the [`UsageSource`] trait and its Prometheus implementation.
 
+pub mod answer;
 #[cfg(feature = "report")]
 pub mod inventory;
 pub mod pool;

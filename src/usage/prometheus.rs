@@ -11,8 +11,14 @@
 //! - memory is read as the exact peak of each interval (`max_over_time`, one point an hour
 //!   by default), which is all the recommender needs from it; OOM kills come back only
 //!   where a restart coincides with an `OOMKilled` termination reason;
-//! - queries run a few at a time, transport errors are retried with backoff, and each
-//!   answer is handed to the sink and dropped before the next is read;
+//! - queries run a few at a time, and transport errors are retried with backoff until
+//!   part of an answer has been handed on;
+//! - answers are decoded as they arrive (`super::answer`): each series goes to the sink
+//!   as it is read, so the memory a read takes follows one series per query in flight,
+//!   not the size of the answers. The bytes in flight across all queries share one
+//!   budget (`INFLIGHT_BYTES`), and an answer with more series than its query covers,
+//!   more samples in a series than the query has steps, or a series longer than its
+//!   samples and labels can take is refused as it arrives;
 //! - an answer is read up to `max_response_bytes` and no further, and a failure says what
 //!   happened: a timeout with its length, an HTML page where the API was expected, a
 //!   body too large, Prometheus' own error.
@@ -26,11 +32,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use prometheus_http_query::response::Data;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
+use super::answer::{AnswerError, AnswerLimits, Chunk, ChunkReader, Envelope, Matrix, SeriesList};
 use super::{ContainerKey, ReadStats, UsageError, UsageQuery, UsageSink, UsageSource};
 use crate::telemetry::Metrics;
 use crate::telemetry::names::{PrometheusQuery, QueryError};
@@ -44,8 +53,26 @@ pub const MAX_POINTS_PER_SERIES: i64 = 11_000;
 pub const MAX_QUERIES_PER_READ: usize = 2_000;
 
 /// Default cap on one answer: 256 MiB. A full 2M-point range answer is about 80 MB of
-/// JSON.
+/// JSON. Answers are decoded as they arrive, so this bounds the work of one answer, not
+/// the memory it takes.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 256 << 20;
+
+/// Bytes of answers received and not yet decoded, across all the queries of a source: the
+/// rest of an answer waits in the socket (and in Prometheus) until the decoders catch up.
+pub const INFLIGHT_BYTES: usize = 16 << 20;
+
+/// Most container series a read covers. More would take more memory than the agent is
+/// given (a namespace filter reads a part of the cluster).
+pub const MAX_CONTAINERS: usize = 100_000;
+
+/// Most entries a series lookup may list (a container has one per restart and image).
+pub const MAX_SERIES_ENTRIES: usize = 2_000_000;
+
+/// Series of one query's answer beyond the containers it covers: containers that appeared
+/// between the series lookup and the query.
+fn series_allowed(containers: usize) -> usize {
+    containers + containers / 4 + 16
+}
 
 /// Label names, which differ between cadvisor's own and kube-prometheus' relabelling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +111,7 @@ pub struct PrometheusSettings {
     pub azure_auth: Option<AzureAuth>,
     /// PEM file of a CA to trust in addition to the system roots.
     pub ca_file: Option<PathBuf>,
-    /// Per-request timeout.
+    /// How long an answer may take to start, and then each part of it to arrive.
     pub timeout: Duration,
     /// Largest answer read, in bytes; a larger one fails the read without being held.
     pub max_response_bytes: u64,
@@ -162,6 +189,34 @@ pub struct PlannedQuery {
     pub end: i64,
     /// Seconds between evaluations.
     pub step: i64,
+    /// Containers it covers: its answer holds at most about this many series.
+    pub series: usize,
+}
+
+impl PlannedQuery {
+    /// Evaluations in its window: no series of its answer has more samples.
+    pub fn points(&self) -> usize {
+        ((self.end - self.start) / self.step.max(1) + 1).max(1) as usize
+    }
+}
+
+/// How many of the containers a group's parts cover.
+fn covered(containers: &[(String, String)], group: &[Part]) -> usize {
+    use std::collections::HashSet;
+    let mut namespaces: HashSet<&str> = HashSet::new();
+    let mut pods: HashSet<(&str, &str)> = HashSet::new();
+    for part in group {
+        match part {
+            Part::Namespaces(names) => namespaces.extend(names.iter().map(String::as_str)),
+            Part::Pods(ns, names) => pods.extend(names.iter().map(|p| (ns.as_str(), p.as_str()))),
+        }
+    }
+    containers
+        .iter()
+        .filter(|(ns, pod)| {
+            namespaces.contains(ns.as_str()) || pods.contains(&(ns.as_str(), pod.as_str()))
+        })
+        .count()
 }
 
 /// A part of the containers one query covers: whole namespaces, or some pods of one
@@ -249,6 +304,8 @@ pub struct PrometheusSource {
     shown: Arc<str>,
     /// Where each request's duration and failure, and the data's age, are recorded.
     metrics: Option<Metrics>,
+    /// Bytes of answers received and not yet decoded, across clones ([`INFLIGHT_BYTES`]).
+    inflight: Arc<Semaphore>,
 }
 
 /// `url` as logs, errors and Events may show it: a user and password in it are replaced
@@ -284,17 +341,6 @@ fn regex_escape(s: &str) -> String {
         out.push(c);
     }
     out
-}
-
-fn key_of(
-    labels: &std::collections::HashMap<String, String>,
-    names: &LabelNames,
-) -> Option<ContainerKey> {
-    Some(ContainerKey {
-        namespace: labels.get(&names.namespace)?.clone(),
-        pod: labels.get(&names.pod)?.clone(),
-        container: labels.get(&names.container)?.clone(),
-    })
 }
 
 /// The envelope of every Prometheus API answer.
@@ -372,7 +418,9 @@ impl PrometheusSource {
         let mut builder = reqwest::Client::builder()
             .default_headers(headers)
             .connect_timeout(settings.timeout)
-            .timeout(settings.timeout);
+            // Per read, not per request: an answer is decoded as it arrives, so a long
+            // answer takes as long as its decoding, which no fixed total would fit.
+            .read_timeout(settings.timeout);
         if let Some(ca) = &settings.ca_file {
             let pem = std::fs::read(ca)
                 .map_err(|e| settings_error(format!("CA file {}: {e}", ca.display())))?;
@@ -403,6 +451,7 @@ impl PrometheusSource {
             settings: Arc::new(settings),
             shown,
             metrics: None,
+            inflight: Arc::new(Semaphore::new(INFLIGHT_BYTES)),
         })
     }
 
@@ -498,6 +547,7 @@ impl PrometheusSource {
         // plus half the throttled share of periods), in the same query, so the query
         // count does not grow.
         for group in groups(containers, budget(cpu_points)) {
+            let series = covered(containers, &group);
             let rate_of = |metric: &'static str| {
                 let union = self.union(query, &group, |sel| {
                     format!("irate({}[{window}s])", self.selector(metric, "", sel))
@@ -518,6 +568,7 @@ impl PrometheusSource {
                     start: *s,
                     end: *e,
                     step,
+                    series,
                 });
             }
         }
@@ -527,6 +578,7 @@ impl PrometheusSource {
         let mem_chunks = time_chunks(query.start + interval, query.end, interval);
         let mem_points = (mem_chunks[0].1 - mem_chunks[0].0) / interval + 1;
         for group in groups(containers, budget(mem_points)) {
+            let series = covered(containers, &group);
             let union = self.union(query, &group, |sel| {
                 format!(
                     "max_over_time({}[{}s])",
@@ -542,6 +594,7 @@ impl PrometheusSource {
                     start: *s,
                     end: *e,
                     step: interval,
+                    series,
                 });
             }
         }
@@ -549,6 +602,7 @@ impl PrometheusSource {
         // containers that have the counters (a CPU limit), so a throttled container's
         // limit is never lowered. Hourly, like memory, so it adds a query per memory one.
         for group in groups(containers, budget(mem_points)) {
+            let series = covered(containers, &group);
             let increase = |metric: &'static str| {
                 let union = self.union(query, &group, |sel| {
                     format!(
@@ -571,6 +625,7 @@ impl PrometheusSource {
                     start: *s,
                     end: *e,
                     step: interval,
+                    series,
                 });
             }
         }
@@ -594,24 +649,27 @@ impl PrometheusSource {
                 start: *s,
                 end: *e,
                 step: interval,
+                series: containers.len(),
             });
         }
         out
     }
 
-    /// POSTs `form` to the API `path` and decodes the answer's `data`, retrying
-    /// transient failures with backoff. `what` names the request in errors.
-    async fn call<T: DeserializeOwned>(
+    /// Runs `attempt_once` until it succeeds, fails for good, or has failed transiently
+    /// `retries + 1` times, with backoff; records each request on the metrics.
+    async fn call<T, F, Fut>(
         &self,
         query: PrometheusQuery,
-        path: &str,
-        form: &[(&str, String)],
-        what: &str,
-    ) -> Result<T, UsageError> {
+        mut attempt_once: F,
+    ) -> Result<T, UsageError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
         let mut attempt = 0;
         loop {
             let started = std::time::Instant::now();
-            let result = self.attempt(path, form, what).await;
+            let result = attempt_once().await;
             if let Some(m) = &self.metrics {
                 m.observe_prometheus_query(query, started.elapsed().as_secs_f64());
                 if let Err(Failure::Final(kind, _) | Failure::Transient(kind, _)) = &result {
@@ -636,36 +694,80 @@ impl PrometheusSource {
         }
     }
 
-    /// One request: the answer read up to the size cap, then classified.
-    async fn attempt<T: DeserializeOwned>(
+    /// POSTs `form` to the API `path` and decodes the whole answer's `data` (read up to the
+    /// size cap), retrying transient failures. `what` names the request in errors. For the
+    /// report's small queries; the usage read decodes its answers as they arrive.
+    async fn call_buffered<T: DeserializeOwned>(
         &self,
+        query: PrometheusQuery,
         path: &str,
         form: &[(&str, String)],
         what: &str,
-    ) -> Result<T, Failure> {
+    ) -> Result<T, UsageError> {
+        self.call(query, || self.attempt(path, form, what)).await
+    }
+
+    /// `path` as messages show it.
+    fn shown_url(&self, path: &str) -> String {
+        format!("{}{path}", self.shown.trim_end_matches('/'))
+    }
+
+    fn transport(&self, url: &str, e: &reqwest::Error) -> Failure {
+        if e.is_timeout() {
+            Failure::Transient(
+                QueryError::Timeout,
+                format!(
+                    "{url} timed out after {} s",
+                    self.settings.timeout.as_secs_f64()
+                ),
+            )
+        } else {
+            Failure::Transient(QueryError::Unreachable, format!("{url}: {e}"))
+        }
+    }
+
+    fn final_error(&self, kind: QueryError, message: String) -> Failure {
+        Failure::Final(
+            kind,
+            UsageError::Unavailable {
+                url: self.shown.to_string(),
+                message,
+            },
+        )
+    }
+
+    fn too_large(&self, url: &str, size: u64) -> Failure {
+        self.final_error(
+            QueryError::TooLarge,
+            format!(
+                "the answer from {url} is {size} bytes or more, larger than the {} bytes \
+                 read at most (--prometheus-max-response-bytes); fewer points per query \
+                 make smaller answers",
+                self.settings.max_response_bytes
+            ),
+        )
+    }
+
+    fn not_html(&self, url: &str, status: reqwest::StatusCode) -> Failure {
+        self.final_error(
+            QueryError::NotPrometheus,
+            format!(
+                "HTTP {status} from {url}: the answer is HTML, not the Prometheus API \
+                 (a login page or a proxy?): check --prometheus-url and the auth settings"
+            ),
+        )
+    }
+
+    /// Sends one request and checks what can be known before its body: credentials
+    /// refused, an HTML page, a declared length over the cap.
+    async fn open(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+    ) -> Result<(reqwest::Response, reqwest::StatusCode), Failure> {
         let target = format!("{}{path}", self.settings.url.trim_end_matches('/'));
         // What messages show: never the credentials a URL may carry.
-        let url = format!("{}{path}", self.shown.trim_end_matches('/'));
-        let timeout = self.settings.timeout.as_secs_f64();
-        let transport = |e: reqwest::Error| {
-            if e.is_timeout() {
-                Failure::Transient(
-                    QueryError::Timeout,
-                    format!("{url} timed out after {timeout} s"),
-                )
-            } else {
-                Failure::Transient(QueryError::Unreachable, format!("{url}: {e}"))
-            }
-        };
-        let final_error = |kind: QueryError, message: String| {
-            Failure::Final(
-                kind,
-                UsageError::Unavailable {
-                    url: self.shown.to_string(),
-                    message,
-                },
-            )
-        };
+        let url = self.shown_url(path);
         let mut request = self.http.post(&target).form(form);
         if let Some(azure) = &self.settings.azure_auth {
             // The credential answers from its cache, or exchanges again near expiry.
@@ -674,7 +776,7 @@ impl PrometheusSource {
                 .get_token(&[azure.scope.as_str()])
                 .await
                 .map_err(|e| {
-                    final_error(
+                    self.final_error(
                         QueryError::Unauthorized,
                         format!(
                             "no Azure token for {} to query {url}: {}",
@@ -685,7 +787,18 @@ impl PrometheusSource {
                 })?;
             request = request.bearer_auth(token.token.secret());
         }
-        let mut response = request.send().await.map_err(transport)?;
+        let response = tokio::time::timeout(self.settings.timeout, request.send())
+            .await
+            .map_err(|_| {
+                Failure::Transient(
+                    QueryError::Timeout,
+                    format!(
+                        "{url} timed out after {} s",
+                        self.settings.timeout.as_secs_f64()
+                    ),
+                )
+            })?
+            .map_err(|e| self.transport(&url, &e))?;
         let status = response.status();
         if matches!(status.as_u16(), 401 | 403) {
             // Credentials do not get better by retrying.
@@ -700,7 +813,7 @@ impl PrometheusSource {
                          --prometheus-azure-auth)"
                     .to_string(),
             };
-            return Err(final_error(
+            return Err(self.final_error(
                 QueryError::Unauthorized,
                 format!("HTTP {status} from {url}: {hint}"),
             ));
@@ -710,37 +823,40 @@ impl PrometheusSource {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.to_ascii_lowercase().contains("html"));
-        let cap = self.settings.max_response_bytes;
-        let too_large = |size: u64| {
-            final_error(
-                QueryError::TooLarge,
-                format!(
-                    "the answer from {url} is {size} bytes or more, larger than the {cap} bytes \
-                 read at most (--prometheus-max-response-bytes); fewer points per query \
-                 make smaller answers"
-                ),
-            )
-        };
-        if let Some(length) = response.content_length()
-            && length > cap
-        {
-            return Err(too_large(length));
+        if html {
+            return Err(self.not_html(&url, status));
         }
+        if let Some(length) = response.content_length()
+            && length > self.settings.max_response_bytes
+        {
+            return Err(self.too_large(&url, length));
+        }
+        Ok((response, status))
+    }
+
+    /// One request: the whole answer read up to the size cap, then decoded.
+    async fn attempt<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+        what: &str,
+    ) -> Result<T, Failure> {
+        let url = self.shown_url(path);
+        let (mut response, status) = self.open(path, form).await?;
+        let cap = self.settings.max_response_bytes;
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport(&url, &e))?
+        {
             if (body.len() + chunk.len()) as u64 > cap {
-                return Err(too_large((body.len() + chunk.len()) as u64));
+                return Err(self.too_large(&url, (body.len() + chunk.len()) as u64));
             }
             body.extend_from_slice(&chunk);
         }
-        if html || body.trim_ascii_start().starts_with(b"<") {
-            return Err(final_error(
-                QueryError::NotPrometheus,
-                format!(
-                    "HTTP {status} from {url}: the answer is HTML, not the Prometheus API \
-                 (a login page or a proxy?): check --prometheus-url and the auth settings"
-                ),
-            ));
+        if body.trim_ascii_start().starts_with(b"<") {
+            return Err(self.not_html(&url, status));
         }
         let decoded: ApiResponse<T> = match serde_json::from_slice(&body) {
             Ok(d) => d,
@@ -752,47 +868,125 @@ impl PrometheusSource {
                 ));
             }
             Err(e) => {
-                return Err(final_error(
+                return Err(self.final_error(
                     QueryError::NotPrometheus,
                     format!("HTTP {status} from {url}: the answer is not the Prometheus API: {e}"),
                 ));
             }
         };
-        if decoded.status != "success" {
+        self.envelope(
+            Envelope {
+                status: decoded.status,
+                data: decoded.data,
+                error: decoded.error,
+            },
+            status,
+            &url,
+            what,
+        )
+    }
+
+    /// The data of a decoded answer, or the error it carries.
+    fn envelope<T>(
+        &self,
+        envelope: Envelope<T>,
+        status: reqwest::StatusCode,
+        url: &str,
+        what: &str,
+    ) -> Result<T, Failure> {
+        if envelope.status != "success" {
             return Err(Failure::Final(
                 QueryError::Query,
                 UsageError::Query {
                     url: self.shown.to_string(),
                     query: what.to_string(),
-                    message: decoded.error.unwrap_or(decoded.status),
+                    message: envelope.error.unwrap_or(envelope.status),
                 },
             ));
         }
-        decoded.data.ok_or_else(|| {
-            final_error(
+        envelope.data.ok_or_else(|| {
+            self.final_error(
                 QueryError::NotPrometheus,
                 format!("HTTP {status} from {url}: a success answer without data"),
             )
         })
     }
 
-    /// One range query; the answer's `data` is decoded into prometheus-http-query's
-    /// response model (the body itself is read here, up to the size cap).
-    async fn range(&self, q: &PlannedQuery) -> Result<Data, UsageError> {
-        let form = [
-            ("query", q.promql.clone()),
-            ("start", q.start.to_string()),
-            ("end", q.end.to_string()),
-            ("step", q.step.to_string()),
-        ];
-        let kind = match q.metric {
-            Metric::Cpu => PrometheusQuery::Cpu,
-            Metric::Memory => PrometheusQuery::Memory,
-            Metric::Oom => PrometheusQuery::OomKills,
-            Metric::Throttling => PrometheusQuery::Throttling,
+    /// One request whose answer `decode` reads as it arrives, on a blocking thread, within
+    /// `limits`. `handed_on` counts what `decode` has passed on: once it has, a broken
+    /// answer cannot be tried again and the failure is final.
+    async fn attempt_streamed<T, D>(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+        what: &str,
+        limits: AnswerLimits,
+        handed_on: &AtomicUsize,
+        decode: D,
+    ) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        D: FnOnce(&mut ChunkReader) -> Result<Envelope<T>, AnswerError> + Send + 'static,
+    {
+        let url = self.shown_url(path);
+        let (mut response, status) = self.open(path, form).await?;
+        let (chunks, received) = tokio::sync::mpsc::channel::<Chunk>(2);
+        let decoder = tokio::task::spawn_blocking(move || {
+            let mut reader = ChunkReader::new(received, limits);
+            decode(&mut reader)
+        });
+        // Chunks go to the decoder as it takes them; the rest waits in the socket.
+        let mut first = true;
+        let pumped: Result<(), Failure> = loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(self.transport(&url, &e)),
+            };
+            if std::mem::take(&mut first) && chunk.trim_ascii_start().starts_with(b"<") {
+                break Err(self.not_html(&url, status));
+            }
+            let share = u32::try_from(chunk.len().clamp(1, INFLIGHT_BYTES)).unwrap_or(u32::MAX);
+            let Ok(budget) = self.inflight.clone().acquire_many_owned(share).await else {
+                break Ok(());
+            };
+            if chunks.send(Chunk::new(chunk, budget)).await.is_err() {
+                // The decoder stopped: its answer says why.
+                break Ok(());
+            }
         };
-        self.call(kind, "/api/v1/query_range", &form, &q.promql)
-            .await
+        drop(chunks);
+        let decoded = decoder.await;
+        let partial = handed_on.load(Ordering::Acquire) > 0;
+        let final_after_part = |kind: QueryError, message: String| {
+            self.final_error(
+                kind,
+                format!("{message} (after part of the answer was read, so not tried again)"),
+            )
+        };
+        match (pumped, decoded) {
+            (Err(Failure::Transient(kind, message)), _) if partial => {
+                Err(final_after_part(kind, message))
+            }
+            (Err(failure), _) => Err(failure),
+            (Ok(()), Err(e)) => Err(self.final_error(
+                QueryError::NotPrometheus,
+                format!("decoding the answer from {url} failed: {e}"),
+            )),
+            (Ok(()), Ok(Ok(envelope))) => self.envelope(envelope, status, &url, what),
+            (Ok(()), Ok(Err(e))) if e.limit => Err(self.final_error(
+                QueryError::TooLarge,
+                format!("HTTP {status} from {url}: {e}"),
+            )),
+            // A server error without an API answer (a proxy's 502) may pass.
+            (Ok(()), Ok(Err(_))) if status.is_server_error() && !partial => Err(
+                Failure::Transient(QueryError::ServerError, format!("HTTP {status} from {url}")),
+            ),
+            (Ok(()), Ok(Err(e))) => Err(self.final_error(
+                QueryError::NotPrometheus,
+                format!("HTTP {status} from {url}: the answer is not the Prometheus API: {e}"),
+            )),
+        }
     }
 
     /// A range query of any PromQL (the cost report's series), each series with its labels
@@ -817,7 +1011,7 @@ impl PrometheusSource {
             ("step", step.to_string()),
         ];
         let data: Data = self
-            .call(
+            .call_buffered(
                 PrometheusQuery::Report,
                 "/api/v1/query_range",
                 &form,
@@ -854,7 +1048,7 @@ impl PrometheusSource {
     ) -> Result<Vec<(Labels, f64)>, UsageError> {
         let form = [("query", promql.to_string()), ("time", time.to_string())];
         let data: Data = self
-            .call(PrometheusQuery::Report, "/api/v1/query", &form, promql)
+            .call_buffered(PrometheusQuery::Report, "/api/v1/query", &form, promql)
             .await?;
         match data {
             Data::Vector(series) => Ok(series
@@ -882,7 +1076,8 @@ impl PrometheusSource {
     }
 
     /// The container series (namespace, pod; one entry per container) with memory
-    /// samples in the window: an index lookup, no samples read.
+    /// samples in the window: an index lookup, no samples read. The lookup's answer is
+    /// decoded as it arrives, and only the distinct containers are kept.
     pub async fn containers(
         &self,
         query: &UsageQuery,
@@ -894,17 +1089,120 @@ impl PrometheusSource {
             ("start", query.start.to_string()),
             ("end", query.end.to_string()),
         ];
-        let series: Vec<Labels> = self
-            .call(PrometheusQuery::Series, "/api/v1/series", &form, &selector)
+        let limits = AnswerLimits {
+            max_bytes: self.settings.max_response_bytes,
+            max_series: MAX_SERIES_ENTRIES,
+            max_samples: 0,
+            max_element_bytes: 64 << 10,
+        };
+        let keys = self
+            .call(PrometheusQuery::Series, || {
+                let names = self.settings.labels.clone();
+                let handed_on = AtomicUsize::new(0);
+                let (form, selector) = (&form, &selector);
+                async move {
+                    self.attempt_streamed(
+                        "/api/v1/series",
+                        form,
+                        selector,
+                        limits,
+                        &handed_on,
+                        move |reader| {
+                            let mut keys = std::collections::BTreeSet::new();
+                            let list = SeriesList::new(reader, &names, limits, |key| {
+                                keys.insert(key);
+                                if keys.len() > MAX_CONTAINERS {
+                                    return Err(format!(
+                                        "more than {MAX_CONTAINERS} containers have usage in \
+                                         the window, more than one read covers: read fewer \
+                                         namespaces"
+                                    ));
+                                }
+                                Ok(())
+                            });
+                            let envelope = reader.decode(list)?;
+                            Ok(Envelope {
+                                status: envelope.status,
+                                data: envelope.data.map(|_| keys),
+                                error: envelope.error,
+                            })
+                        },
+                    )
+                    .await
+                }
+            })
             .await?;
-        let mut keys: Vec<ContainerKey> = series
-            .iter()
-            .filter_map(|labels| key_of(labels, &self.settings.labels))
-            .collect();
-        keys.sort();
-        keys.dedup();
         Ok(keys.into_iter().map(|k| (k.namespace, k.pod)).collect())
     }
+
+    /// One planned range query, its series sent to `series` as they are decoded.
+    async fn range_into(
+        &self,
+        q: &PlannedQuery,
+        series: tokio::sync::mpsc::Sender<Delivered>,
+    ) -> Result<(), UsageError> {
+        let form = [
+            ("query", q.promql.clone()),
+            ("start", q.start.to_string()),
+            ("end", q.end.to_string()),
+            ("step", q.step.to_string()),
+        ];
+        let kind = match q.metric {
+            Metric::Cpu => PrometheusQuery::Cpu,
+            Metric::Memory => PrometheusQuery::Memory,
+            Metric::Oom => PrometheusQuery::OomKills,
+            Metric::Throttling => PrometheusQuery::Throttling,
+        };
+        let limits = AnswerLimits::range(
+            self.settings.max_response_bytes,
+            series_allowed(q.series),
+            q.points(),
+        );
+        let handed_on = Arc::new(AtomicUsize::new(0));
+        let metric = q.metric;
+        self.call(kind, || {
+            let names = self.settings.labels.clone();
+            let series = series.clone();
+            let counted = handed_on.clone();
+            let handed_on = handed_on.clone();
+            let form = &form;
+            async move {
+                self.attempt_streamed(
+                    "/api/v1/query_range",
+                    form,
+                    &q.promql,
+                    limits,
+                    &handed_on,
+                    move |reader| {
+                        let matrix = Matrix::new(reader, &names, limits, |key, samples| {
+                            let Some(key) = key else {
+                                return Ok(());
+                            };
+                            counted.fetch_add(1, Ordering::AcqRel);
+                            series
+                                .blocking_send(Delivered {
+                                    metric,
+                                    key,
+                                    samples,
+                                })
+                                .map_err(|_| "the read stopped".to_string())
+                        });
+                        reader.decode(matrix)
+                    },
+                )
+                .await
+                .map(|_| ())
+            }
+        })
+        .await
+    }
+}
+
+/// One series of a range answer, on its way from the decoder to the sink.
+struct Delivered {
+    metric: Metric,
+    key: ContainerKey,
+    samples: Vec<(i64, f64)>,
 }
 
 impl UsageSource for PrometheusSource {
@@ -936,85 +1234,79 @@ impl UsageSource for PrometheusSource {
         let interval = self.memory_interval(query);
         let mut newest: Option<i64> = None;
         let permits = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
+        // Series go to the sink one at a time as the decoders read them; a few wait.
+        let (sender, mut received) = tokio::sync::mpsc::channel::<Delivered>(16);
         let mut set = tokio::task::JoinSet::new();
         for q in plan {
             let this = self.clone();
             let permits = permits.clone();
+            let sender = sender.clone();
             set.spawn(async move {
                 let _permit = permits.acquire_owned().await;
-                let data = this.range(&q).await;
-                (q.metric, q.promql, data)
+                this.range_into(&q, sender).await
             });
         }
-        // Answers go to the sink as they arrive; only those in flight are held.
-        while let Some(joined) = set.join_next().await {
-            let (metric, promql, data) = joined.map_err(|e| UsageError::Unavailable {
-                url: self.shown.to_string(),
-                message: format!("query task failed: {e}"),
-            })?;
-            let data = data?;
-            let series = match data {
-                Data::Matrix(series) => series,
-                other => {
-                    let kind = if other.is_vector() {
-                        "an instant vector"
-                    } else {
-                        "a scalar"
-                    };
-                    return Err(UsageError::Query {
-                        url: self.shown.to_string(),
-                        query: promql,
-                        message: format!("expected a range vector, got {kind}"),
-                    });
+        drop(sender);
+        let failed = |e: tokio::task::JoinError| UsageError::Unavailable {
+            url: self.shown.to_string(),
+            message: format!("query task failed: {e}"),
+        };
+        loop {
+            let delivered = tokio::select! {
+                delivered = received.recv() => match delivered {
+                    Some(d) => d,
+                    // Every query is done.
+                    None => break,
+                },
+                Some(joined) = set.join_next() => {
+                    // A failed query fails the read at once; the others are stopped.
+                    joined.map_err(failed)??;
+                    continue;
                 }
             };
-            let mut buf: Vec<(i64, f64)> = Vec::new();
-            for s in series {
-                let Some(key) = key_of(s.metric(), &self.settings.labels) else {
-                    continue;
-                };
-                buf.clear();
-                let plausible = match metric {
-                    Metric::Cpu => super::plausible_cpu,
-                    Metric::Memory => super::plausible_memory,
-                    Metric::Oom => f64::is_finite,
-                    Metric::Throttling => |v: f64| (0.0..=1.0).contains(&v),
-                };
-                // Prometheus writes values as strings; "NaN" and "+Inf" arrive as such and
-                // are counted with the other implausible samples.
-                for sample in s.samples() {
-                    let v = sample.value();
-                    if plausible(v) {
-                        buf.push((sample.timestamp() as i64, v));
-                    } else {
-                        stats.rejected_samples += 1;
+            let Delivered {
+                metric,
+                key,
+                samples: mut buf,
+            } = delivered;
+            let plausible = match metric {
+                Metric::Cpu => super::plausible_cpu,
+                Metric::Memory => super::plausible_memory,
+                Metric::Oom => f64::is_finite,
+                Metric::Throttling => |v: f64| (0.0..=1.0).contains(&v),
+            };
+            // Prometheus writes values as strings; "NaN" and "+Inf" arrive as such and
+            // are counted with the other implausible samples.
+            let before = buf.len();
+            buf.retain(|(_, v)| plausible(*v));
+            stats.rejected_samples += (before - buf.len()) as u64;
+            stats.samples += buf.len() as u64;
+            if matches!(metric, Metric::Cpu | Metric::Memory) {
+                newest = newest.max(buf.iter().map(|(t, _)| *t).max());
+            }
+            match metric {
+                Metric::Cpu => sink.cpu(&key, &buf),
+                Metric::Memory => {
+                    for p in &mut buf {
+                        p.0 -= interval;
+                    }
+                    sink.memory_peaks(&key, interval, &buf);
+                }
+                Metric::Oom => {
+                    for (t, _) in &buf {
+                        sink.oom_kill(&key, *t, interval);
                     }
                 }
-                stats.samples += buf.len() as u64;
-                if matches!(metric, Metric::Cpu | Metric::Memory) {
-                    newest = newest.max(buf.iter().map(|(t, _)| *t).max());
-                }
-                match metric {
-                    Metric::Cpu => sink.cpu(&key, &buf),
-                    Metric::Memory => {
-                        for p in &mut buf {
-                            p.0 -= interval;
-                        }
-                        sink.memory_peaks(&key, interval, &buf);
+                Metric::Throttling => {
+                    for p in &mut buf {
+                        p.0 -= interval;
                     }
-                    Metric::Oom => {
-                        for (t, _) in &buf {
-                            sink.oom_kill(&key, *t, interval);
-                        }
-                    }
-                    Metric::Throttling => {
-                        for p in &mut buf {
-                            p.0 -= interval;
-                        }
-                        sink.throttling(&key, interval, &buf);
-                    }
+                    sink.throttling(&key, interval, &buf);
                 }
             }
+        }
+        while let Some(joined) = set.join_next().await {
+            joined.map_err(failed)??;
         }
         // How old the freshest usage is: autonomous right-sizing pauses when it is stale.
         if let (Some(m), Some(newest)) = (&self.metrics, newest) {
