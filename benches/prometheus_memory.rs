@@ -116,13 +116,14 @@ async fn run(cp: &ControlPlane, n: usize, shape: Shape) -> Run {
         &["--mode", "autonomous", "--prometheus-url", &server.url],
     );
     agent.wait_ready().await;
-    // A pod to provision while the read goes on.
+    // A pod to provision while the read goes on, too large for the nodes earlier runs
+    // bought, so it needs a NodeClaim of its own.
     let name = format!("pending-{n}");
     cp.apply_yaml(&format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\n\
          spec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    \
          metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n      - name: c\n        \
-         image: i\n        resources: {{requests: {{cpu: 500m, memory: 1Gi}}}}\n"
+         image: i\n        resources: {{requests: {{cpu: '3', memory: 4Gi}}}}\n"
     ))
     .await;
     let asked = Instant::now();

@@ -303,10 +303,48 @@ spec:
         blocked(&r, "a").contains("PodDisruptionBudget shop/web"),
         "{r:#?}"
     );
-    // With room for one eviction, one node goes.
+    // With room for one eviction at a time, the nodes are consolidated in one decision
+    // (the drain takes the pods one after the other).
     let r = evaluate(&yaml.replace("minAvailable: 2", "minAvailable: 1"));
+    assert_eq!(r.decisions.len(), 1, "{:#?}", r.decisions);
+    assert!(r.summary.evictions >= 1, "{:#?}", r.summary);
+}
+
+#[test]
+fn a_node_with_more_of_a_budgets_pods_than_it_allows_at_once_is_drained_in_steps() {
+    // Five web pods, at least three available: two evictions at a time. Node `b` carries
+    // three of them. The two nodes merge onto one smaller node all the same: their drain
+    // takes two pods, then the others as the first two run elsewhere (the Eviction API
+    // refuses them until then).
+    let pdb = "---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: shop}
+spec:
+  minAvailable: 3
+  selector: {matchLabels: {app: web}}
+";
+    let yaml = format!(
+        "{POOL}{}{}{}{}{}{}{}{pdb}",
+        node("a", 10, ""),
+        node("b", 10, ""),
+        pod("web-1", "a", "500m", ""),
+        pod("web-2", "a", "500m", ""),
+        pod("web-3", "b", "500m", ""),
+        pod("web-4", "b", "500m", ""),
+        pod("web-5", "b", "500m", "")
+    );
+    let r = evaluate(&yaml);
     assert_eq!(r.decisions.len(), 1, "{r:#?}");
-    assert_eq!(r.summary.evictions, 1);
+    assert!(r.decisions[0].nodes.contains(&"b".to_string()), "{r:#?}");
+    assert!(r.summary.evictions > 2, "more than the budget allows at once: {r:#?}");
+    // A budget with no eviction left keeps both nodes.
+    let r = evaluate(&yaml.replace("minAvailable: 3", "minAvailable: 5"));
+    assert!(r.decisions.is_empty(), "{r:#?}");
+    assert!(
+        blocked(&r, "b").contains("PodDisruptionBudget shop/web allows no eviction"),
+        "{r:#?}"
+    );
 }
 
 #[test]

@@ -379,9 +379,7 @@ pub fn revalidate(
             Ok(proven.plan)
         }
         Method::Drift => {
-            if !w.pdbs_allow(&set) {
-                return Err("evictions would exceed a PodDisruptionBudget".to_string());
-            }
+            w.pdbs_allow(&set)?;
             w.simulate(&set, usize::MAX)
         }
         Method::Expiration => Ok(w.simulate(&set, usize::MAX).unwrap_or_default()),
@@ -651,23 +649,30 @@ impl Work<'_> {
         Ok(())
     }
 
-    /// Whether evicting all movable pods of `set` stays within every PDB.
-    fn pdbs_allow(&self, set: &[usize]) -> bool {
-        let mut used = self.pdb_used.clone();
+    /// Whether every PodDisruptionBudget covering a movable pod of `set` allows an eviction
+    /// now, beyond those this pass's earlier decisions take. Not all of them at once: the
+    /// drain evicts through the Eviction API, which refuses what a budget does not allow
+    /// yet, and evicts the rest as the evicted pods' replacements become ready (the step
+    /// Karpenter takes too). A node with more of a budget's pods than it allows at once
+    /// would otherwise never be consolidated. The evictions a decision takes are counted
+    /// against the budget (`apply`), so one pass starts one drain per exhausted budget.
+    fn pdbs_allow(&self, set: &[usize]) -> Result<(), String> {
         for &i in set {
             for p in movable(&self.nodes[i]) {
                 for pdb in &self.cluster.pdbs {
-                    if pdb.namespace == p.namespace && pdb.selector.matches(&p.labels) {
-                        let u = used.entry(pdb.key.clone()).or_default();
-                        *u += 1;
-                        if *u > pdb.allowed {
-                            return false;
-                        }
+                    if pdb.namespace == p.namespace
+                        && pdb.selector.matches(&p.labels)
+                        && pdb.allowed - self.pdb_used.get(&pdb.key).copied().unwrap_or(0) <= 0
+                    {
+                        return Err(format!(
+                            "PodDisruptionBudget {} allows no eviction of pod {} now",
+                            pdb.key, p.key
+                        ));
                     }
                 }
             }
         }
-        true
+        Ok(())
     }
 
     /// Simulates removing `set`: its movable pods must land on the remaining nodes and at
@@ -740,9 +745,7 @@ impl Work<'_> {
 
     /// [`Work::prove`] with up to `max_new` new nodes.
     fn prove_with(&self, set: &[usize], max_new: usize) -> Result<Proven, String> {
-        if !self.pdbs_allow(set) {
-            return Err("evictions would exceed a PodDisruptionBudget".to_string());
-        }
+        self.pdbs_allow(set)?;
         let plan = self.simulate(set, max_new)?;
         let price: f64 = set
             .iter()
@@ -1015,11 +1018,8 @@ impl Work<'_> {
             let Some(why) = self.meta[i].drifted.clone() else {
                 continue;
             };
-            if !self.pdbs_allow(&[i]) {
-                self.block(
-                    i,
-                    "evictions would exceed a PodDisruptionBudget".to_string(),
-                );
+            if let Err(why) = self.pdbs_allow(&[i]) {
+                self.block(i, why);
                 continue;
             }
             match self.simulate(&[i], usize::MAX) {
