@@ -109,6 +109,13 @@ struct Run {
 
 async fn run(cp: &ControlPlane, n: usize, shape: Shape) -> Run {
     let server = hostile_prometheus::start(shape).await;
+    // The earlier runs' Recommendations hold checkpoints: without them, this run reads the
+    // whole window again.
+    let recommendations: kube::Api<tailor::apis::Recommendation> =
+        kube::Api::namespaced(cp.client.clone(), "hostile");
+    let _ = recommendations
+        .delete_collection(&Default::default(), &Default::default())
+        .await;
     let started = Instant::now();
     let agent = Agent::start(
         cp,
@@ -116,6 +123,9 @@ async fn run(cp: &ControlPlane, n: usize, shape: Shape) -> Run {
         &["--mode", "autonomous", "--prometheus-url", &server.url],
     );
     agent.wait_ready().await;
+    // The previous run's agent was killed holding the Lease: wait for this one to lead, so
+    // the pod's wait is the read's doing, not the takeover's.
+    agent.wait_leading(60).await;
     // A pod to provision while the read goes on, too large for the nodes earlier runs
     // bought, so it needs a NodeClaim of its own.
     let name = format!("pending-{n}");

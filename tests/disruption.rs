@@ -337,7 +337,10 @@ spec:
     let r = evaluate(&yaml);
     assert_eq!(r.decisions.len(), 1, "{r:#?}");
     assert!(r.decisions[0].nodes.contains(&"b".to_string()), "{r:#?}");
-    assert!(r.summary.evictions > 2, "more than the budget allows at once: {r:#?}");
+    assert!(
+        r.summary.evictions > 2,
+        "more than the budget allows at once: {r:#?}"
+    );
     // A budget with no eviction left keeps both nodes.
     let r = evaluate(&yaml.replace("minAvailable: 3", "minAvailable: 5"));
     assert!(r.decisions.is_empty(), "{r:#?}");
