@@ -492,6 +492,59 @@ struct Figures {
     evicted_in_watch: usize,
     nodes_burst: usize,
     nodes_settled: usize,
+    /// Where a do-not-disrupt pod runs: a fresh plan of the pods left that keeps its node
+    /// as it is (the pod cannot move, so no autoscaler can do better), $/hour.
+    kept_plan: Option<f64>,
+}
+
+/// The cheapest the pods left can run on while the do-not-disrupt pod's node stays: that
+/// node's price plus what the packer buys for the other pods, which may use its free room.
+async fn plan_keeping_pinned(
+    client: &Client,
+    scenario: &Scenario,
+    types: &[InstanceType],
+) -> Option<f64> {
+    let pinned: Vec<&Workload> = scenario.workloads.iter().filter(|w| w.pinned).collect();
+    if pinned.is_empty() {
+        return None;
+    }
+    let pods = list(&Api::<Pod>::namespaced(client.clone(), "default")).await;
+    let nodes = list(&Api::<Node>::all(client.clone())).await;
+    let mut docs = vec![tailor_pool()];
+    let mut price_kept = 0.0;
+    let mut kept = BTreeSet::new();
+    for w in &pinned {
+        for p in pods.iter().filter(|p| {
+            p.labels().get("app") == Some(&w.name) && p.metadata.deletion_timestamp.is_none()
+        }) {
+            let node_name = p.spec.as_ref()?.node_name.clone()?;
+            let node = nodes.iter().find(|n| n.name_any() == node_name)?;
+            if kept.insert(node_name) {
+                price_kept += price(types, node);
+                let mut node = node.clone();
+                node.metadata.managed_fields = None;
+                docs.push(serde_yaml::to_string(&node).ok()?);
+            }
+            let mut pod = p.clone();
+            pod.metadata.managed_fields = None;
+            docs.push(serde_yaml::to_string(&pod).ok()?);
+        }
+    }
+    let rest = Scenario {
+        workloads: scenario
+            .workloads
+            .iter()
+            .filter(|w| !w.pinned)
+            .cloned()
+            .collect(),
+        extra: scenario.extra.clone(),
+    };
+    docs.push(rest.yaml(true));
+    let input = support::input_from_yaml(&docs.join("---\n"));
+    let plan = scheduling::schedule(&input, &Options::default());
+    plan.unschedulable
+        .is_empty()
+        .then_some(price_kept + plan.summary.hourly_cost)
 }
 
 async fn node_cost(client: &Client, types: &[InstanceType]) -> (f64, usize) {
@@ -647,6 +700,7 @@ async fn run(
     }
     figures.settled_cost = cost.0;
     figures.nodes_settled = cost.1;
+    figures.kept_plan = plan_keeping_pinned(&client, scenario, types).await;
     figures.settled_after = changed;
     figures.evicted = every_pod.len().saturating_sub(total as usize);
     figures
@@ -672,6 +726,14 @@ fn print_row(system: System, seed: u64, f: &Figures) {
         f.evicted_in_watch,
         f.evicted,
     );
+    if let Some(kept) = f.kept_plan {
+        println!(
+            "{:<10} {seed:>4} a fresh plan keeping the do-not-disrupt pod's node: {kept:.3} $/h; at$ {:.2}x, settled {:.2}x of it",
+            system.name(),
+            f.cost_at_watch / kept,
+            f.settled_cost / kept,
+        );
+    }
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
