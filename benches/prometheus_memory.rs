@@ -27,7 +27,7 @@ mod hostile_prometheus;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use control_plane::{Agent, ControlPlane, eventually};
+use control_plane::{Agent, ControlPlane, chart_memory_limit_mib, eventually, metric_value};
 use hostile_prometheus::Shape;
 use tailor::apis::NodeClaim;
 
@@ -64,39 +64,6 @@ spec:
       containers:
       - {name: c, image: i, resources: {requests: {cpu: 100m, memory: 64Mi}}}
 "#;
-
-/// The chart's memory limit, MiB.
-fn chart_limit_mib() -> f64 {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/charts/tailor/values.yaml");
-    let values: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(path).expect("values.yaml")).expect("YAML");
-    let limit = values["resources"]["limits"]["memory"]
-        .as_str()
-        .expect("resources.limits.memory");
-    limit
-        .strip_suffix("Mi")
-        .and_then(|v| v.parse().ok())
-        .expect("a limit in Mi")
-}
-
-fn peak_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
-fn counter(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-}
 
 struct Run {
     answers: usize,
@@ -148,17 +115,17 @@ async fn run(cp: &ControlPlane, n: usize, shape: Shape) -> Run {
     let claim_secs = asked.elapsed().as_secs_f64();
     let failed = eventually(Duration::from_secs(900), "the usage read done", || async {
         let text = agent.metrics().await;
-        if counter(&text, "tailor_usage_read_failures_total") > 0.0 {
+        if metric_value(&text, "tailor_usage_read_failures_total") > 0.0 {
             return Some(true);
         }
-        (counter(&text, "tailor_usage_queries_total") > 0.0).then_some(false)
+        (metric_value(&text, "tailor_usage_queries_total") > 0.0).then_some(false)
     })
     .await;
     Run {
         answers: server.range_answers.load(Ordering::Relaxed),
         mib_read: server.range_bytes.load(Ordering::Relaxed) as f64 / 1048576.0,
         read_secs: started.elapsed().as_secs_f64(),
-        peak_mib: peak_mib(agent.pid()),
+        peak_mib: agent.peak_memory_mib(),
         claim_secs,
         failed,
     }
@@ -170,7 +137,7 @@ async fn main() {
     let containers = if full { 362 } else { 40 };
     let cp = ControlPlane::start().await;
     cp.apply_yaml(POOL).await;
-    let limit = chart_limit_mib();
+    let limit = chart_memory_limit_mib();
     // What one query covers: the plan packs 2M points into a query, 10,999 a series.
     let covered = containers.min(181);
     let runs = [

@@ -288,8 +288,8 @@ pub async fn serve_connections(
     name: Listener,
     metrics: Option<Metrics>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let max = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
     let clients = Arc::new(PerClient::default());
     let shed = {
         let metrics = metrics.clone();
@@ -324,22 +324,19 @@ pub async fn serve_connections(
             drop(stream);
             continue;
         };
-        let (tls, router, shed, metrics) =
-            (tls.clone(), router.clone(), shed.clone(), metrics.clone());
-        let open = open.clone();
-        let count = move |opened: bool| {
-            let now = if opened {
-                open.fetch_add(1, Ordering::AcqRel) + 1
-            } else {
-                open.fetch_sub(1, Ordering::AcqRel) - 1
-            };
-            if let Some(m) = &metrics {
-                m.set_connections(name, now);
+        // Connections open: the slots taken.
+        let report = {
+            let (slots, metrics) = (slots.clone(), metrics.clone());
+            move || {
+                if let Some(m) = &metrics {
+                    m.set_connections(name, max - slots.available_permits());
+                }
             }
         };
-        count(true);
+        report();
+        let (tls, router, shed) = (tls.clone(), router.clone(), shed.clone());
         connections.spawn(async move {
-            let _held = (slot, client);
+            let held = (slot, client);
             match tls {
                 Some(acceptor) => {
                     match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream))
@@ -354,7 +351,8 @@ pub async fn serve_connections(
                 }
                 None => serve_one(stream, router, limits, peer, &shed).await,
             }
-            count(false);
+            drop(held);
+            report();
         });
     }
 }

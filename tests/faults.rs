@@ -12,7 +12,9 @@ mod hostile_prometheus;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use control_plane::{Agent, ControlPlane, eventually, free_port};
+use control_plane::{
+    Agent, ControlPlane, chart_memory_limit_mib, eventually, free_port, metric_value,
+};
 
 /// Waits up to `secs` for the agent to exit by itself; returns its log.
 async fn exit_log(agent: &mut Agent, secs: u64) -> String {
@@ -745,15 +747,12 @@ async fn a_connection_flood_on_every_listener_is_shed_and_the_agent_keeps_provis
     }
     let text = agent.metrics().await;
     let shed = |listener: &str, reason: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with("tailor_http_connections_shed_total{")
-                    && l.contains(&format!("listener=\"{listener}\""))
-                    && l.contains(&format!("reason=\"{reason}\""))
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
+        metric_value(
+            &text,
+            &format!(
+                "tailor_http_connections_shed_total{{listener=\"{listener}\",reason=\"{reason}\"}}"
+            ),
+        )
     };
     assert!(shed("metrics", "header_timeout") > 0.0, "{text}");
     assert!(shed("webhook", "handshake_timeout") > 0.0, "{text}");
@@ -762,37 +761,6 @@ async fn a_connection_flood_on_every_listener_is_shed_and_the_agent_keeps_provis
         "{text}"
     );
     assert!(agent.log().lines().all(|l| !l.contains("panicked")));
-}
-
-/// The agent's memory limit in the chart's values, in MiB.
-fn chart_memory_limit_mib() -> f64 {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/charts/tailor/values.yaml");
-    let values: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(path).expect("values.yaml")).expect("YAML");
-    let limit = values["resources"]["limits"]["memory"]
-        .as_str()
-        .expect("resources.limits.memory");
-    limit
-        .strip_suffix("Mi")
-        .and_then(|v| v.parse().ok())
-        .or_else(|| {
-            limit
-                .strip_suffix("Gi")
-                .and_then(|v| v.parse::<f64>().ok())
-                .map(|g| g * 1024.0)
-        })
-        .expect("a limit in Mi or Gi")
-}
-
-/// Peak resident memory (VmHWM) of process `pid`, in MiB.
-fn peak_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -844,22 +812,15 @@ async fn hostile_prometheus_answers_keep_the_agent_under_the_charts_memory_limit
     .await;
     let claim_after = started.elapsed();
     // The read ends: every answer is within its query's limits, so it succeeds.
-    let counter = |text: &str, name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
     let queries = eventually(Duration::from_secs(300), "the usage read done", || async {
         let text = agent.metrics().await;
         assert_eq!(
-            counter(&text, "tailor_usage_read_failures_total"),
+            metric_value(&text, "tailor_usage_read_failures_total"),
             0.0,
             "the read failed:\n{}",
             agent.log_tail(5)
         );
-        let queries = counter(&text, "tailor_usage_queries_total");
+        let queries = metric_value(&text, "tailor_usage_queries_total");
         (queries > 0.0).then_some(queries)
     })
     .await;
@@ -868,7 +829,7 @@ async fn hostile_prometheus_answers_keep_the_agent_under_the_charts_memory_limit
         .range_bytes
         .load(std::sync::atomic::Ordering::Relaxed) as f64
         / 1048576.0;
-    let peak = peak_mib(agent.pid());
+    let peak = agent.peak_memory_mib();
     eprintln!(
         "hostile Prometheus: {served:.0} MiB of range answers read; agent peak {peak:.0} MiB \
          (chart limit {limit:.0} MiB); first NodeClaim {:.1} s after the pod",

@@ -30,9 +30,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use prometheus_http_query::response::Data;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -200,25 +199,6 @@ impl PlannedQuery {
     }
 }
 
-/// How many of the containers a group's parts cover.
-fn covered(containers: &[(String, String)], group: &[Part]) -> usize {
-    use std::collections::HashSet;
-    let mut namespaces: HashSet<&str> = HashSet::new();
-    let mut pods: HashSet<(&str, &str)> = HashSet::new();
-    for part in group {
-        match part {
-            Part::Namespaces(names) => namespaces.extend(names.iter().map(String::as_str)),
-            Part::Pods(ns, names) => pods.extend(names.iter().map(|p| (ns.as_str(), p.as_str()))),
-        }
-    }
-    containers
-        .iter()
-        .filter(|(ns, pod)| {
-            namespaces.contains(ns.as_str()) || pods.contains(&(ns.as_str(), pod.as_str()))
-        })
-        .count()
-}
-
 /// A part of the containers one query covers: whole namespaces, or some pods of one
 /// namespace. A query's parts are disjoint and joined with `or`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,8 +209,9 @@ enum Part {
 
 /// Packs `containers` (namespace, pod; one entry per container) into groups of at most
 /// `budget` containers (more only for a single pod that alone exceeds it), keeping
-/// namespaces whole where they fit and splitting the others by pod.
-fn groups(containers: &[(String, String)], budget: usize) -> Vec<Vec<Part>> {
+/// namespaces whole where they fit and splitting the others by pod. Each group comes with
+/// the number of containers it covers.
+fn groups(containers: &[(String, String)], budget: usize) -> Vec<(Vec<Part>, usize)> {
     let budget = budget.max(1);
     let mut by_ns: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
     for (ns, pod) in containers {
@@ -240,14 +221,17 @@ fn groups(containers: &[(String, String)], budget: usize) -> Vec<Vec<Part>> {
     let mut whole: Vec<String> = Vec::new();
     let mut parts: Vec<Part> = Vec::new();
     let mut used = 0;
-    let flush = |whole: &mut Vec<String>, parts: &mut Vec<Part>, out: &mut Vec<Vec<Part>>| {
+    let flush = |whole: &mut Vec<String>,
+                 parts: &mut Vec<Part>,
+                 used: usize,
+                 out: &mut Vec<(Vec<Part>, usize)>| {
         let mut group = Vec::new();
         if !whole.is_empty() {
             group.push(Part::Namespaces(std::mem::take(whole)));
         }
         group.append(parts);
         if !group.is_empty() {
-            out.push(group);
+            out.push((group, used));
         }
     };
     for (ns, pods) in by_ns {
@@ -265,7 +249,7 @@ fn groups(containers: &[(String, String)], budget: usize) -> Vec<Vec<Part>> {
                 if !chunk.is_empty() {
                     parts.push(Part::Pods(ns.to_string(), std::mem::take(&mut chunk)));
                 }
-                flush(&mut whole, &mut parts, &mut out);
+                flush(&mut whole, &mut parts, used, &mut out);
                 used = 0;
             }
             chunk.push(pod.to_string());
@@ -277,7 +261,7 @@ fn groups(containers: &[(String, String)], budget: usize) -> Vec<Vec<Part>> {
             parts.push(Part::Pods(ns.to_string(), chunk));
         }
     }
-    flush(&mut whole, &mut parts, &mut out);
+    flush(&mut whole, &mut parts, used, &mut out);
     out
 }
 
@@ -546,8 +530,7 @@ impl PrometheusSource {
         // from them as `rightsizing::recommender::throttled_demand` does (usage times one
         // plus half the throttled share of periods), in the same query, so the query
         // count does not grow.
-        for group in groups(containers, budget(cpu_points)) {
-            let series = covered(containers, &group);
+        for (group, series) in groups(containers, budget(cpu_points)) {
             let rate_of = |metric: &'static str| {
                 let union = self.union(query, &group, |sel| {
                     format!("irate({}[{window}s])", self.selector(metric, "", sel))
@@ -577,8 +560,7 @@ impl PrometheusSource {
         let interval = self.memory_interval(query);
         let mem_chunks = time_chunks(query.start + interval, query.end, interval);
         let mem_points = (mem_chunks[0].1 - mem_chunks[0].0) / interval + 1;
-        for group in groups(containers, budget(mem_points)) {
-            let series = covered(containers, &group);
+        for (group, series) in groups(containers, budget(mem_points)) {
             let union = self.union(query, &group, |sel| {
                 format!(
                     "max_over_time({}[{}s])",
@@ -601,8 +583,7 @@ impl PrometheusSource {
         // Throttling: the share of CFS periods throttled in each interval, for the
         // containers that have the counters (a CPU limit), so a throttled container's
         // limit is never lowered. Hourly, like memory, so it adds a query per memory one.
-        for group in groups(containers, budget(mem_points)) {
-            let series = covered(containers, &group);
+        for (group, series) in groups(containers, budget(mem_points)) {
             let increase = |metric: &'static str| {
                 let union = self.union(query, &group, |sel| {
                     format!(
@@ -1359,10 +1340,13 @@ mod tests {
         assert_eq!(
             groups(&c, 4),
             vec![
-                vec![Part::Namespaces(vec!["a".into(), "b".into()])],
-                vec![Part::Pods("c".into(), vec!["c-1".into()])],
-                vec![Part::Pods("c".into(), vec!["c-2".into(), "c-3".into()])],
-                vec![Part::Namespaces(vec!["d".into()])],
+                (vec![Part::Namespaces(vec!["a".into(), "b".into()])], 3),
+                (vec![Part::Pods("c".into(), vec!["c-1".into()])], 3),
+                (
+                    vec![Part::Pods("c".into(), vec!["c-2".into(), "c-3".into()])],
+                    4
+                ),
+                (vec![Part::Namespaces(vec!["d".into()])], 1),
             ]
         );
         // Room left in a group is filled with the pods of the next namespace.
@@ -1370,11 +1354,14 @@ mod tests {
         assert_eq!(
             groups(&c, 4),
             vec![
-                vec![
-                    Part::Namespaces(vec!["a".into()]),
-                    Part::Pods("b".into(), vec!["b-1".into()])
-                ],
-                vec![Part::Pods("b".into(), vec!["b-2".into()])],
+                (
+                    vec![
+                        Part::Namespaces(vec!["a".into()]),
+                        Part::Pods("b".into(), vec!["b-1".into()])
+                    ],
+                    4
+                ),
+                (vec![Part::Pods("b".into(), vec!["b-2".into()])], 1),
             ]
         );
     }
@@ -1416,6 +1403,18 @@ mod tests {
                 && p.promql.contains("container_cpu_cfs_periods_total")
         }));
         assert!(plan.len() < 30, "{} queries", plan.len());
+        // The groups of each window cover every container once, and each query says how
+        // many: its answer may hold no more than about that many series.
+        let covered = |m: Metric| -> usize {
+            let first = plan.iter().filter(|p| p.metric == m).map(|p| p.start).min();
+            plan.iter()
+                .filter(|p| p.metric == m && Some(p.start) == first)
+                .map(|p| p.series)
+                .sum()
+        };
+        assert_eq!(covered(Metric::Cpu), 10_000);
+        assert_eq!(covered(Metric::Memory), 10_000);
+        assert_eq!(covered(Metric::Oom), 10_000);
         for p in &plan {
             assert!((p.end - p.start) / p.step < MAX_POINTS_PER_SERIES, "{p:?}");
         }

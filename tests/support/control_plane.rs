@@ -794,12 +794,20 @@ impl Agent {
     pub async fn passes(&self, controller: &str) -> u64 {
         let series =
             format!("tailor_reconcile_duration_seconds_count{{controller=\"{controller}\"}}");
-        self.metrics()
-            .await
+        metric_value(&self.metrics().await, &series) as u64
+    }
+
+    /// The agent's peak resident memory (VmHWM) so far, in MiB.
+    #[allow(dead_code)] // used by the memory tests and benches
+    pub fn peak_memory_mib(&self) -> f64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
             .lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
     }
 
     /// Waits until `controller` has made `n` more passes than now: what it decides from the
@@ -824,6 +832,36 @@ impl Agent {
             .await
             .expect("metrics text")
     }
+}
+
+/// The value of `series` (a metric name, with its labels as `/metrics` writes them) in a
+/// `/metrics` text; 0 when it is absent.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The agent's memory limit in the chart's values, in MiB.
+#[allow(dead_code)] // used by the memory tests and benches
+pub fn chart_memory_limit_mib() -> f64 {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/charts/tailor/values.yaml");
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(path).expect("values.yaml")).expect("YAML");
+    let limit = values["resources"]["limits"]["memory"]
+        .as_str()
+        .expect("resources.limits.memory");
+    limit
+        .strip_suffix("Mi")
+        .and_then(|v| v.parse().ok())
+        .or_else(|| {
+            limit
+                .strip_suffix("Gi")
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|g| g * 1024.0)
+        })
+        .expect("a limit in Mi or Gi")
 }
 
 /// A free loopback TCP port.
