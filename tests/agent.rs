@@ -267,10 +267,10 @@ async fn pending_pods_of_three_deployments_all_run_on_nodes_tailor_created_at_th
         cost / simulated
     );
     assert!(
-        // The target is 1.02x and is not met reliably: kube-scheduler binds pods where it likes,
-        // not where the plan put them, and an anti-affinity pod crowded off its planned node
-        // buys another (1.00x to 1.09x measured). The bound here catches a planner gone wrong.
-        cost <= simulated * 1.15,
+        // kube-scheduler binds pods where it scores best, not where the plan put them, but
+        // registration nominates the planned pods again and a pod left behind is planned at
+        // once, so the nodes bought stay those of the plan (1.000x in three runs).
+        cost <= simulated * 1.02,
         "{cost} $/hour against {simulated} simulated\n{}",
         agent.log()
     );

@@ -40,7 +40,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -55,7 +57,7 @@ use crate::clock::Clock;
 use crate::controllers::state::{Fed, StateFeed};
 use crate::controllers::writes::{ClusterApi, Result, WriteError};
 use crate::model::{InstanceType, Resources};
-use crate::scheduling::{self, ExistingNode, Input, Options, PodInfo};
+use crate::sim::binder::Binder;
 
 /// Field owners whose status parts a NodeClaim's lifecycle steps apply separately; the
 /// simulated server keeps each condition type, as server-side apply merges the
@@ -747,125 +749,55 @@ impl Objects {
             .collect()
     }
 
-    fn existing_node(&self, node: &Node, infos: &BTreeMap<String, Arc<PodInfo>>) -> ExistingNode {
-        let name = node.name_any();
-        let allocatable = node
-            .status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .and_then(|a| Resources::parse(a.iter().map(|(k, q)| (k.as_str(), q.0.as_str()))).ok())
-            .unwrap_or_default();
-        ExistingNode {
-            derived: Default::default(),
-            name: name.clone(),
-            labels: node.labels().clone(),
-            taints: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default(),
-            allocatable,
-            pods: infos
-                .values()
-                .filter(|p| p.node_name.as_deref() == Some(name.as_str()))
-                .cloned()
-                .collect(),
-            unschedulable: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false),
-        }
+    /// The selector of the ReplicaSet or StatefulSet a pod belongs to, which
+    /// kube-scheduler's default topology spread counts its pods by.
+    fn workload_selector(&self, pod: &Pod) -> Option<LabelSelector> {
+        let w = *self.pod_workload.get(&pod_key(pod))?;
+        let c = self.controllers.get(w)?;
+        matches!(c.kind, "ReplicaSet" | "StatefulSet").then(|| LabelSelector {
+            match_labels: c.template.metadata.labels.clone(),
+            ..LabelSelector::default()
+        })
     }
 
-    /// kube-scheduler's pass: each pending pod is bound to a node where it fits, its
-    /// nominated node first; the rest are marked unschedulable. Does nothing when nothing
-    /// it reads changed since the last pass.
+    /// kube-scheduler's pass: pending pods are taken in its queue order (priority, then
+    /// age) and each is bound where [`Binder`] says kube-scheduler would bind it, its
+    /// nominated node first; the rest are marked unschedulable and lose their nomination.
+    /// Does nothing when nothing it reads changed since the last pass.
     pub fn schedule(&mut self) {
         if !self.schedule_due {
             return;
         }
         self.schedule_due = false;
-        let pending: Vec<String> = self
-            .pods
-            .iter()
-            .filter(|(_, p)| {
-                p.metadata.deletion_timestamp.is_none()
-                    && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        if pending.is_empty() {
-            return;
-        }
-        let mut infos: BTreeMap<String, Arc<PodInfo>> = BTreeMap::new();
-        for (k, p) in &self.pods {
-            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
-                && let Ok(info) = PodInfo::from_pod(p)
-            {
-                infos.insert(k.clone(), Arc::new(info));
-            }
-        }
-        let mut nodes: Vec<ExistingNode> = self
-            .schedulable_nodes()
-            .into_iter()
-            .map(|n| self.existing_node(n, &infos))
-            .collect();
         let mut bound: Vec<(String, String)> = Vec::new();
-        let mut left = Vec::new();
-        let options = Options {
-            cost_aware: false,
-            ..Options::default()
-        };
-        // Nominated pods first, each on its nominated node alone.
-        for k in &pending {
-            let pod = &self.pods[k];
-            let Ok(info) = PodInfo::from_pod(pod) else {
-                continue;
-            };
-            let nominated = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.nominated_node_name.clone());
-            let Some(i) = nominated.and_then(|n| nodes.iter().position(|x| x.name == n)) else {
-                left.push(info);
-                continue;
-            };
-            let input = Input {
-                pending: vec![info.clone()],
-                nodes: vec![nodes[i].clone()],
-                pools: Vec::new(),
-                daemon_sets: Vec::new(),
-            };
-            let plan = scheduling::schedule(&input, &options);
-            if plan
-                .existing_nodes
-                .iter()
-                .any(|e| e.pods.contains(&info.key))
-            {
-                let mut placed = info;
-                placed.node_name = Some(nodes[i].name.clone());
-                bound.push((k.clone(), nodes[i].name.clone()));
-                nodes[i].pods.push(Arc::new(placed));
-            } else {
-                left.push(info);
+        let mut refused: Vec<(String, String)> = Vec::new();
+        {
+            let selector = |pod: &Pod| self.workload_selector(pod);
+            let mut pending: Vec<&Pod> = self
+                .pods
+                .values()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+                })
+                .collect();
+            if pending.is_empty() {
+                return;
             }
-        }
-        if !left.is_empty() && !nodes.is_empty() {
-            let input = Input {
-                pending: left.clone(),
-                nodes,
-                pools: Vec::new(),
-                daemon_sets: Vec::new(),
-            };
-            let plan = scheduling::schedule(&input, &options);
-            for e in &plan.existing_nodes {
-                for p in &e.pods {
-                    bound.push((p.clone(), e.node.clone()));
+            Binder::order(&mut pending);
+            let mut binder = Binder::new(self.schedulable_nodes(), self.pods.values(), &selector);
+            for pod in pending {
+                match binder.choose(pod) {
+                    Ok(Ok(choice)) => {
+                        let node = Binder::pick(pod, &choice);
+                        binder.bind(pod, &node);
+                        bound.push((pod_key(pod), node));
+                    }
+                    Ok(Err(why)) => refused.push((pod_key(pod), why.to_string())),
+                    Err(e) => refused.push((pod_key(pod), e)),
                 }
             }
         }
-        let placed: BTreeSet<String> = bound.iter().map(|(k, _)| k.clone()).collect();
         for (k, node) in bound {
             if let Some(mut pod) = self.pods.get(&k).cloned() {
                 if let Some(spec) = pod.spec.as_mut() {
@@ -877,21 +809,28 @@ impl Objects {
                 self.start_pod(&k, &node);
             }
         }
-        for k in pending.iter().filter(|k| !placed.contains(*k)) {
-            self.mark_unschedulable(k);
+        for (k, why) in refused {
+            self.mark_unschedulable(&k, &why);
         }
     }
 
-    fn mark_unschedulable(&mut self, key: &str) {
+    /// Marks a pod `PodScheduled=False` (`Unschedulable`, with kube-scheduler's message) and
+    /// clears its nomination, as kube-scheduler does after a failed attempt.
+    fn mark_unschedulable(&mut self, key: &str, why: &str) {
         let Some(mut pod) = self.pods.get(key).cloned() else {
             return;
         };
         let status = pod.status.get_or_insert_with(PodStatus::default);
+        let nominated = status.nominated_node_name.take().is_some();
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         if conditions
             .iter()
             .any(|c| c.type_ == "PodScheduled" && c.status == "False")
         {
+            // Already marked: the condition keeps its transition time.
+            if nominated {
+                self.put(pod);
+            }
             return;
         }
         conditions.retain(|c| c.type_ != "PodScheduled");
@@ -899,7 +838,7 @@ impl Objects {
             type_: "PodScheduled".to_string(),
             status: "False".to_string(),
             reason: Some("Unschedulable".to_string()),
-            message: Some("0/N nodes are available: the pod fits no node".to_string()),
+            message: Some(why.to_string()),
             last_transition_time: Some(Time(self.now())),
             ..PodCondition::default()
         });
@@ -2012,6 +1951,56 @@ mod tests {
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .count();
         assert_eq!(running, 2);
+    }
+
+    #[test]
+    fn the_scheduler_spreads_a_workload_as_kube_scheduler_scores_and_a_failed_nomination_is_cleared()
+     {
+        let (c, _, _) = cluster();
+        let mut o = c.lock();
+        o.put(node("a", "8", "32Gi", serde_json::json!([])));
+        o.put(node("b", "8", "32Gi", serde_json::json!([])));
+        let w = web(&mut o, "ReplicaSet", "500m", "1Gi");
+        o.scale(w, 4);
+        o.schedule();
+        // All four fit on a; kube-scheduler's least-allocated and spread scores put two on
+        // each node.
+        let placed = bound(&o);
+        let on = |n: &str| placed.values().filter(|x| x.as_deref() == Some(n)).count();
+        assert_eq!((on("a"), on("b")), (2, 2), "{placed:?}");
+
+        // A pod nominated to a node it does not fit loses the nomination and says why.
+        let big = web(&mut o, "ReplicaSet", "7500m", "1Gi");
+        o.scale(big, 1);
+        let key = o
+            .pod_workload
+            .iter()
+            .find(|(_, w)| **w == big)
+            .map(|(k, _)| k.clone())
+            .expect("the big pod");
+        let mut p = o.pods[&key].clone();
+        p.status
+            .get_or_insert_with(PodStatus::default)
+            .nominated_node_name = Some("a".to_string());
+        o.put(p);
+        o.schedule_due = true;
+        o.schedule();
+        let status = o.pods[&key].status.clone().unwrap_or_default();
+        assert_eq!(status.nominated_node_name, None);
+        let scheduled = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled")
+            .expect("PodScheduled");
+        assert_eq!(
+            (scheduled.status.as_str(), scheduled.reason.as_deref()),
+            ("False", Some("Unschedulable"))
+        );
+        assert_eq!(
+            scheduled.message.as_deref(),
+            Some("0/2 nodes are available: 2 Insufficient cpu.")
+        );
     }
 
     #[tokio::test]
