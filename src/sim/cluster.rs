@@ -10,11 +10,11 @@
 //! - the workload controllers: a ReplicaSet, StatefulSet, Job or DaemonSet keeps the pods
 //!   it is told to, replacing any that go, each new pod passing the admission webhook's
 //!   decision as the API server would call it;
-//! - kube-scheduler: pending pods are bound where they fit (a nominated node first), or
-//!   marked `PodScheduled=False` with reason `Unschedulable`, which is what the provisioner
-//!   watches for. Where a pod fits is decided by Tailor's scheduling simulation over the
-//!   existing nodes (the same filters as kube-scheduler; it fills nodes in name order,
-//!   where kube-scheduler's default scoring would spread);
+//! - kube-scheduler: pending pods are taken in its queue order and bound where its default
+//!   profile's filters and scores put them, a nominated node first ([`super::binder`],
+//!   which shares nothing with Tailor's planner), or marked `PodScheduled=False` with
+//!   reason `Unschedulable` and their nomination cleared, which is what the provisioner
+//!   watches for;
 //! - the kubelet: a VM that is running joins as a Node with the unregistered taint, pods
 //!   start once bound, containers are OOM-killed and resized in place when their node has
 //!   room (else the resize is `Deferred` or `Infeasible`, as the kubelet reports it);

@@ -805,6 +805,256 @@ impl Figures {
     }
 }
 
+/// The simulated cluster, cloud and clock the agent's controllers run against.
+struct World {
+    cluster: SimCluster,
+    cloud: SimulatedAzure,
+    state: State,
+    clock: Arc<dyn Clock>,
+    launch_latency: i64,
+}
+
+impl World {
+    /// Starts the agent's controllers (what `tailor run` starts, as leader) and the
+    /// simulated control plane's loop on the current runtime. Dropping the returned sender
+    /// ends the agent's leadership.
+    #[allow(clippy::too_many_arguments)]
+    fn start_agent(
+        &self,
+        catalog: Catalog,
+        region: &str,
+        settings: Settings,
+        metrics: Metrics,
+        usage: Shared,
+        seed: u64,
+        instance_types: &[InstanceType],
+    ) -> (tokio::task::JoinSet<()>, tokio::sync::watch::Sender<bool>) {
+        let (leader_tx, leader) = tokio::sync::watch::channel(true);
+        let ctx = Arc::new(Context {
+            state: self.state.clone(),
+            writer: Writer::with_api(Arc::new(self.cluster.clone()), leader),
+            cloud: MeteredCloud::new(self.cloud.clone(), Some(metrics.clone())),
+            metrics,
+            clock: self.clock.clone(),
+            catalog: Arc::new(std::sync::RwLock::new(catalog)),
+            catalog_options: CatalogOptions::for_region(region),
+            settings,
+            // The run starts with its cluster, not a day of its cycle: until a day is
+            // known, the most it requested over the last horizon is kept.
+            demand: std::sync::Mutex::new(
+                disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
+            ),
+            names: Names::seeded(seed),
+            rightsizing: true,
+        });
+        let mut tasks = tokio::task::JoinSet::new();
+        controllers::run_with_usage(ctx, usage, &mut tasks);
+        let sizes: BTreeMap<String, InstanceType> = instance_types
+            .iter()
+            .map(|t| (t.name.clone(), t.clone()))
+            .collect();
+        tasks.spawn(control_plane(
+            self.cluster.clone(),
+            self.cloud.clone(),
+            self.state.clone(),
+            sizes,
+            self.launch_latency,
+            self.clock.clone(),
+        ));
+        (tasks, leader_tx)
+    }
+}
+
+/// The agent's controllers against a simulated cluster and Azure on the current tokio
+/// runtime, for tests of what the controllers decide: start it on a paused runtime
+/// (`#[tokio::test(start_paused = true)]`) and virtual time passes as fast as the
+/// controllers' and the cluster's timers fire. The cluster plays the API server, the
+/// workload controllers, kube-scheduler ([`super::binder`]) and the kubelet, as in the demo;
+/// its objects and the cloud's record of calls are what a test asserts on.
+pub struct Harness {
+    /// The cluster's objects.
+    pub cluster: SimCluster,
+    /// The simulated Azure, with its record of create and delete calls.
+    pub cloud: SimulatedAzure,
+    /// The virtual clock.
+    pub clock: Arc<dyn Clock>,
+    deployments: BTreeMap<String, usize>,
+    _tasks: tokio::task::JoinSet<()>,
+    _leader: tokio::sync::watch::Sender<bool>,
+}
+
+impl Harness {
+    /// A cluster in eastus holding `objects` (multi-document YAML of AKSNodeClasses,
+    /// NodePools, PodDisruptionBudgets, RightsizingPolicies and Deployments, whose pods
+    /// the workload controller then makes), with the agent started on it with `settings`.
+    /// An error names a document the harness cannot hold.
+    pub fn start(objects: &str, settings: Settings) -> Result<Harness, String> {
+        let catalog = Catalog::builtin().map_err(|e| format!("built-in catalog: {e}"))?;
+        let region = "eastus";
+        let instance_types = catalog
+            .instance_types(&CatalogOptions::for_region(region))
+            .map_err(|e| format!("eastus instance types: {e}"))?;
+        // 2026-01-01T00:00:00Z.
+        let clock: Arc<dyn Clock> = Arc::new(RuntimeClock::starting_at(
+            Timestamp::from_second(1_767_225_600).unwrap_or(Timestamp::UNIX_EPOCH),
+        ));
+        let sim_settings = SimSettings {
+            region: region.to_string(),
+            ..SimSettings::default()
+        };
+        let launch_latency = sim_settings.launch_latency.as_secs();
+        let cloud = SimulatedAzure::new(clock.clone(), instance_types.clone(), sim_settings);
+        let (state, feed) = State::in_memory();
+        let cluster = SimCluster::new(feed, clock.clone(), 7);
+        let mut deployments = BTreeMap::new();
+        {
+            let mut o = cluster.lock();
+            for (i, doc) in serde_yaml::Deserializer::from_str(objects).enumerate() {
+                let value: serde_json::Value = serde::Deserialize::deserialize(doc)
+                    .map_err(|e| format!("document {}: {e}", i + 1))?;
+                if value.is_null() {
+                    continue;
+                }
+                let kind = value["kind"].as_str().unwrap_or_default().to_string();
+                let read = |v: serde_json::Value| v.clone();
+                let bad = |e: serde_json::Error| format!("document {} ({kind}): {e}", i + 1);
+                match kind.as_str() {
+                    "AKSNodeClass" => {
+                        o.put(serde_json::from_value::<AKSNodeClass>(read(value)).map_err(bad)?);
+                    }
+                    "NodePool" => {
+                        o.put(serde_json::from_value::<NodePool>(read(value)).map_err(bad)?);
+                    }
+                    "RightsizingPolicy" => {
+                        o.put(
+                            serde_json::from_value::<RightsizingPolicy>(read(value))
+                                .map_err(bad)?,
+                        );
+                    }
+                    "PodDisruptionBudget" => {
+                        o.put(
+                            serde_json::from_value::<
+                                k8s_openapi::api::policy::v1::PodDisruptionBudget,
+                            >(read(value))
+                            .map_err(bad)?,
+                        );
+                    }
+                    "Deployment" => {
+                        let d: Deployment = serde_json::from_value(value).map_err(bad)?;
+                        let name = d.name_any();
+                        let w = add_deployment(&mut o, d)?;
+                        deployments.insert(name, w);
+                    }
+                    other => {
+                        return Err(format!(
+                            "document {} is a {other:?}, which the harness does not hold",
+                            i + 1
+                        ));
+                    }
+                }
+            }
+            o.synced();
+        }
+        let world = World {
+            cluster: cluster.clone(),
+            cloud: cloud.clone(),
+            state,
+            clock: clock.clone(),
+            launch_latency,
+        };
+        let metrics = Metrics::new(&opentelemetry::global::meter("tailor-harness"));
+        let (tasks, leader) = world.start_agent(
+            catalog,
+            region,
+            settings,
+            metrics,
+            Shared::new(Recorded::new(60)),
+            7,
+            &instance_types,
+        );
+        Ok(Harness {
+            cluster,
+            cloud,
+            clock,
+            deployments,
+            _tasks: tasks,
+            _leader: leader,
+        })
+    }
+
+    /// Sets a Deployment's replicas; its controller makes or removes pods at once.
+    pub fn scale(&self, deployment: &str, replicas: u32) -> Result<(), String> {
+        let w = *self
+            .deployments
+            .get(deployment)
+            .ok_or_else(|| format!("no Deployment {deployment:?}"))?;
+        self.cluster.lock().scale(w, replicas);
+        Ok(())
+    }
+
+    /// Waits, in virtual time, until `probe` finds what it looks for in the cluster (checked
+    /// every virtual second), for at most `limit`; an error says what was not seen.
+    pub async fn until<T>(
+        &self,
+        limit: Duration,
+        what: &str,
+        mut probe: impl FnMut(&Objects) -> Option<T>,
+    ) -> Result<T, String> {
+        let start = self.clock.now();
+        loop {
+            if let Some(found) = probe(&self.cluster.lock()) {
+                return Ok(found);
+            }
+            let waited = self.clock.now().duration_since(start);
+            if waited.as_secs() as u64 >= limit.as_secs() {
+                return Err(format!(
+                    "{what}: not seen within {} s (virtual)",
+                    limit.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// Adds a Deployment (shown to the agent), its ReplicaSet and the ReplicaSet's controller,
+/// scaled to the Deployment's replicas; returns the controller's index.
+fn add_deployment(o: &mut Objects, d: Deployment) -> Result<usize, String> {
+    let name = d.name_any();
+    let spec = d
+        .spec
+        .clone()
+        .ok_or_else(|| format!("Deployment {name}: no spec"))?;
+    let template = spec.template.clone();
+    let replicas = u32::try_from(spec.replicas.unwrap_or(1)).map_err(|_| {
+        format!(
+            "Deployment {name}: spec.replicas {:?} is negative",
+            spec.replicas
+        )
+    })?;
+    let d = o.show(d);
+    let rs: ReplicaSet = o.show(object(json!({
+        "metadata": {
+            "name": format!("{name}-5c4d9b8f7"),
+            "namespace": d.namespace().unwrap_or_else(|| "default".to_string()),
+            "labels": template.metadata.as_ref().and_then(|m| m.labels.clone()),
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                "uid": d.uid().unwrap_or_default(), "controller": true,
+            }],
+        },
+        "spec": {"replicas": replicas, "selector": spec.selector, "template": template},
+    })));
+    let pod = Pod {
+        metadata: template.metadata.unwrap_or_default(),
+        spec: template.spec,
+        status: None,
+    };
+    let w = o.add_controller(Controller::new("ReplicaSet", &rs.metadata, pod, 0));
+    o.scale(w, replicas);
+    Ok(w)
+}
+
 /// Runs `scenario` in one mode on a paused runtime of its own (its clock is virtual);
 /// `progress` is told the share done (0..1) now and then. With `metrics`, the agent's
 /// controllers and the cluster record into them as they go (what `/metrics` serves).
@@ -894,38 +1144,22 @@ async fn run_paused(
     let Ok(catalog) = Catalog::builtin() else {
         return empty_run(settings);
     };
-    let (leader_tx, leader) = tokio::sync::watch::channel(true);
-    let ctx = Arc::new(Context {
+    let world = World {
+        cluster: cluster.clone(),
+        cloud: cloud.clone(),
         state: state.clone(),
-        writer: Writer::with_api(Arc::new(cluster.clone()), leader),
-        cloud: MeteredCloud::new(cloud.clone(), Some(recorded.clone())),
-        metrics: recorded.clone(),
         clock: clock.clone(),
-        catalog: Arc::new(std::sync::RwLock::new(catalog)),
-        catalog_options: CatalogOptions::for_region(&scenario.region),
-        settings: settings.agent(),
-        // The run starts with its cluster, not a day of its cycle: until a day is known,
-        // the most it requested over the last horizon is kept.
-        demand: std::sync::Mutex::new(
-            disruption::forecast::DemandHistory::holding_the_peak_until_a_day(),
-        ),
-        names: Names::seeded(scenario.start as u64 ^ 0x007a_110a),
-        rightsizing: true,
-    });
-    let mut tasks = tokio::task::JoinSet::new();
-    controllers::run_with_usage(ctx, usage.clone(), &mut tasks);
-    let sizes: BTreeMap<String, InstanceType> = instance_types
-        .iter()
-        .map(|t| (t.name.clone(), t.clone()))
-        .collect();
-    tasks.spawn(control_plane(
-        cluster.clone(),
-        cloud.clone(),
-        state.clone(),
-        sizes,
         launch_latency,
-        clock.clone(),
-    ));
+    };
+    let (mut tasks, leader_tx) = world.start_agent(
+        catalog,
+        &scenario.region,
+        settings.agent(),
+        recorded.clone(),
+        usage.clone(),
+        scenario.start as u64 ^ 0x007a_110a,
+        &instance_types,
+    );
     if let Some(m) = metrics {
         // Per-namespace counters start at zero: a namespace without OOM kills shows 0.
         for w in &scenario.workloads {
