@@ -40,16 +40,33 @@ fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
             .expect("samples");
         assert_eq!(f(&last["pending"]), 0.0, "{name}: pods pending at the end");
     }
+    // Once right-sizing has its history, the saving is a third or more: on the second day
+    // autonomous spends at most two thirds of what consolidation-only spends (on this seed
+    // 160 USD against 363, 0.44x; a build whose autonomous run right-sizes nothing spends
+    // 545 against 363).
+    let day = |run: &str, d: usize| -> f64 {
+        let samples = v[run]["samples"].as_array().expect("samples");
+        assert_eq!(samples.len(), 48, "{run}: one sample an hour");
+        samples[d * 24..(d + 1) * 24]
+            .iter()
+            .map(|s| f(&s["hourlyCost"]))
+            .sum()
+    };
+    let (au2, co2) = (day("autonomous", 1), day("consolidationOnly", 1));
+    assert!(
+        au2 <= co2 * 2.0 / 3.0,
+        "on the second day autonomous spends {au2:.0} USD against consolidation-only's {co2:.0}"
+    );
     // Autonomous spends a third less than recommend-only, which changes nothing (on this
-    // seed, 580 USD against 1,081 over the two days).
+    // seed, 596 USD against 1,070 over the two days).
     assert!(
         f(&au["totalCost"]) <= f(&ro["totalCost"]) * 2.0 / 3.0,
         "autonomous spends a third less than recommend-only: {v}"
     );
     // ... and a sixth less than consolidation-only, though its first day costs more:
     // right-sizing starts after 12 hours of history, and until a day of the cycle is known
-    // the capacity needed over the last hours is kept. On this seed 580 USD against 725
-    // (a saving of 20%); over the week, the bench's target is 0.6 of consolidation-only
+    // the capacity needed over the last hours is kept. On this seed 596 USD against 727
+    // (a saving of 18%); over the week, the bench's target is 0.6 of consolidation-only
     // (`cargo bench --bench demo`).
     assert!(
         f(&au["totalCost"]) <= f(&co["totalCost"]) * 5.0 / 6.0,
@@ -122,11 +139,8 @@ fn autonomous_costs_less_with_its_pods_running_and_the_report_has_its_charts() {
         ro["oomKills"]
     );
     assert!(f(&au["podsEvicted"]) <= at_week_rate(350.0), "{au}");
-    // Launches come early: right-sizing starts after 12 hours of history, and the
-    // Balanced profile's requests (every container at most 4% of its minutes short) need
-    // room the over-provisioned start did not; on this seed 26 of the week's 51 fall in
-    // the first two days. Half the week's target, then.
-    assert!(f(&au["launches"]) <= 30.0, "{au}");
+    // Launches too (on this seed 16 in the two days, 31 over the week).
+    assert!(f(&au["launches"]) <= at_week_rate(60.0), "{au}");
     assert_eq!(
         v["recommendOnly"]["samples"].as_array().map(Vec::len),
         Some(48)
