@@ -166,6 +166,83 @@ fn bad_flags_fail_with_a_message_naming_the_value() {
 }
 
 #[test]
+fn the_flag_and_chart_value_tables_in_the_docs_are_what_the_definitions_generate() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root_arg = root.to_string_lossy().into_owned();
+    let (ok, stdout, stderr) = tailor(&["docs-reference", "--check", "--root", &root_arg]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("configuration.md: run-flags is current")
+            && stdout.contains("install.md: values-reference is current"),
+        "{stdout}"
+    );
+
+    // A copy whose tables went stale: a flag row dropped, a value's default changed. The
+    // check names both pages and writes nothing; without --check both are rewritten.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::create_dir_all(dir.path().join("docs")).expect("docs/");
+    std::fs::create_dir_all(dir.path().join("deploy/charts/tailor")).expect("deploy/");
+    let configuration = std::fs::read_to_string(root.join("docs/configuration.md")).expect("page");
+    let install = std::fs::read_to_string(root.join("docs/install.md")).expect("page");
+    let values = std::fs::read_to_string(root.join("deploy/charts/tailor/values.yaml"))
+        .expect("values.yaml");
+    let flag_row = configuration
+        .lines()
+        .find(|l| l.starts_with("| `--cluster-name`"))
+        .expect("the --cluster-name row");
+    let stale_configuration = configuration.replace(&format!("{flag_row}\n"), "");
+    std::fs::write(
+        dir.path().join("docs/configuration.md"),
+        &stale_configuration,
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("docs/install.md"), &install).expect("write");
+    std::fs::write(
+        dir.path().join("deploy/charts/tailor/values.yaml"),
+        values.replacen("replicas: 2", "replicas: 3", 1),
+    )
+    .expect("write");
+    let copy = dir.path().to_string_lossy().into_owned();
+    let (ok, _, stderr) = tailor(&["docs-reference", "--check", "--root", &copy]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("configuration.md (run-flags)")
+            && stderr.contains("install.md (values-reference)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("docs/configuration.md")).expect("page"),
+        stale_configuration,
+        "--check writes nothing"
+    );
+    let (ok, _, stderr) = tailor(&["docs-reference", "--root", &copy]);
+    assert!(ok, "{stderr}");
+    let rewritten = std::fs::read_to_string(dir.path().join("docs/install.md")).expect("page");
+    assert!(
+        rewritten.contains("| `replicas` | `3` |"),
+        "the new default is in the table"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("docs/configuration.md")).expect("page"),
+        configuration,
+        "the dropped row is back"
+    );
+
+    // A value without a description is refused, naming it.
+    std::fs::write(
+        dir.path().join("deploy/charts/tailor/values.yaml"),
+        format!("{values}\nundocumented: 1\n"),
+    )
+    .expect("write");
+    let (ok, _, stderr) = tailor(&["docs-reference", "--check", "--root", &copy]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("undocumented has no `# --` comment"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn committed_metric_reference_matches_what_tailor_metrics_reference_generates() {
     let (ok, fresh, stderr) = tailor(&["metrics-reference"]);
     assert!(ok, "{stderr}");

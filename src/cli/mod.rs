@@ -6,6 +6,7 @@ pub mod crds;
 pub mod demo;
 pub mod recommend;
 mod recommend_html;
+pub mod reference;
 #[cfg(feature = "report")]
 pub mod report;
 pub mod run;
@@ -62,6 +63,10 @@ pub enum Command {
     /// Print the reference of every metric Tailor exports: name, type, unit, labels and
     /// meaning (committed as docs/metrics.md).
     MetricsReference,
+    /// Write the docs' generated tables (the `tailor run` flags in docs/configuration.md,
+    /// the chart values in docs/install.md), or check them with `--check`.
+    #[command(hide = true)]
+    DocsReference(reference::ReferenceArgs),
 }
 
 /// Why a command failed.
@@ -132,6 +137,7 @@ pub fn run(command: Command, out: &mut dyn Write) -> Result<()> {
         Command::Report(args) => report::run(*args, out),
         Command::Demo(args) => demo::run(args, out),
         Command::Run(args) => run::run(*args, out),
+        Command::DocsReference(args) => reference::run(args, out),
         Command::MetricsReference => {
             out.write_all(crate::telemetry::metrics::reference_page().as_bytes())?;
             Ok(())
