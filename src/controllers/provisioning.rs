@@ -550,30 +550,36 @@ async fn provision<C: CloudProvider>(
     act(ctx, round, &snapshot, &plan, &batch, now).await;
     // Recommend mode: what the batch would need with the recommendations applied, priced
     // once the batch is on its way (it never delays a launch).
+    // The gauges are set before the Event that reports the gap is published, so whoever
+    // reads the Event finds the figures on /metrics. A batch that buys no node (its pods
+    // go to existing nodes) leaves them at the last batch that did.
+    if plan.node_claims.is_empty() {
+        return;
+    }
     let planned_cost = new_node_cost(&plan);
-    let right_sized_cost = if right_sizing.what_if.is_empty() {
-        planned_cost
-    } else {
-        let mut what_if = snapshot;
-        for pod in &mut what_if.pods {
-            if let Some(p) = right_sizing.what_if.get(&key(pod)) {
-                *pod = p.clone();
-            }
+    if right_sizing.what_if.is_empty() {
+        ctx.metrics.set_batch_cost(planned_cost, planned_cost);
+        return;
+    }
+    let mut what_if = snapshot;
+    for pod in &mut what_if.pods {
+        if let Some(p) = right_sizing.what_if.get(&key(pod)) {
+            *pod = p.clone();
         }
-        match plan_batch(
-            &what_if,
-            &types,
-            &format!("{batch}-if-right-sized"),
-            cost_aware,
-        ) {
-            Some((alternative, _)) => {
-                report_right_sizing_effect(ctx, &what_if, &plan, &alternative, &right_sizing).await;
-                new_node_cost(&alternative)
-            }
-            None => planned_cost,
+    }
+    match plan_batch(
+        &what_if,
+        &types,
+        &format!("{batch}-if-right-sized"),
+        cost_aware,
+    ) {
+        Some((alternative, _)) => {
+            ctx.metrics
+                .set_batch_cost(planned_cost, new_node_cost(&alternative));
+            report_right_sizing_effect(ctx, &what_if, &plan, &alternative, &right_sizing).await;
         }
-    };
-    ctx.metrics.set_batch_cost(planned_cost, right_sized_cost);
+        None => ctx.metrics.set_batch_cost(planned_cost, planned_cost),
+    }
 }
 
 /// Plans a snapshot's pending pods (cost-aware, or greedily), new nodes named after
@@ -660,7 +666,9 @@ fn planning_input(
 
 /// Hourly price of the new nodes a plan buys.
 fn new_node_cost(plan: &Plan) -> f64 {
-    plan.node_claims.iter().map(|c| c.price_per_hour).sum()
+    plan.node_claims
+        .iter()
+        .fold(0.0, |total, c| total + c.price_per_hour)
 }
 
 /// The webhook's view of the agent's modes: what right-sizing gives a pod it creates.

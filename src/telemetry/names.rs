@@ -559,7 +559,7 @@ metric!(
     Gauge,
     "dollars per hour",
     [l::REQUESTS],
-    "USD per hour of the new nodes the last provisioning batch planned, and of those it would need with every actionable recommendation applied; the gap is what Auto mode would save on it"
+    "USD per hour of the new nodes the last provisioning batch that bought nodes planned, and of those it would need with every actionable recommendation applied; the gap is what Auto mode would save on it"
 );
 metric!(
     PROVISIONING_DURATION,
