@@ -243,6 +243,34 @@ fn the_flag_and_chart_value_tables_in_the_docs_are_what_the_definitions_generate
 }
 
 #[test]
+fn an_empty_cluster_name_is_refused_before_anything_starts_naming_the_setting_and_the_page() {
+    // The chart's default settings.clusterName is empty: the agent must say what to set
+    // instead of tagging VMs with an empty name. The kubeconfig points nowhere: the refusal
+    // comes before any connection.
+    let (ok, _, stderr) = tailor(&[
+        "run",
+        "--cluster-name",
+        "",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--health-address",
+        "127.0.0.1:0",
+    ]);
+    assert!(!ok);
+    for needle in [
+        "--cluster-name: is empty",
+        "TAILOR_CLUSTER_NAME",
+        "settings.clusterName",
+        "docs/install.md#install",
+    ] {
+        assert!(stderr.contains(needle), "{needle} missing: {stderr}");
+    }
+    assert!(!stderr.contains("kubeconfig"), "{stderr}");
+}
+
+#[test]
 fn committed_metric_reference_matches_what_tailor_metrics_reference_generates() {
     let (ok, fresh, stderr) = tailor(&["metrics-reference"]);
     assert!(ok, "{stderr}");

@@ -271,12 +271,27 @@ pub struct AzureNodeArgs {
 }
 
 impl AzureNodeArgs {
+    /// The environment variable of one of these flags, as `tailor run --help` shows it.
+    fn env_of(flag: &str) -> String {
+        let long = flag.trim_start_matches("--");
+        <AzureNodeArgs as Args>::augment_args(clap::Command::new("run"))
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .and_then(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_else(|| flag.to_string())
+    }
+
     fn require(value: Option<String>, flag: &'static str) -> Result<String> {
         value
             .filter(|v| !v.trim().is_empty())
             .ok_or_else(|| CliError::InvalidFlag {
                 flag,
-                reason: "required with --cloud azure".to_string(),
+                reason: format!(
+                    "required with --cloud azure (the chart passes it in extraEnv as {}); see \
+                     docs/install.md#where-the-nodes-go-and-how-they-join",
+                    Self::env_of(flag)
+                ),
             })
     }
 }
@@ -384,6 +399,15 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
         return Err(CliError::InvalidFlag {
             flag: "--rightsizing-interval",
             reason: "must be longer than 0s".to_string(),
+        });
+    }
+    if cluster_name.trim().is_empty() {
+        return Err(CliError::InvalidFlag {
+            flag: "--cluster-name",
+            reason: "is empty (TAILOR_CLUSTER_NAME; the chart's settings.clusterName): every VM \
+                     Tailor creates is tagged with it and garbage collection deletes only the \
+                     VMs tagged with it, so it must name this cluster; see docs/install.md#install"
+                .to_string(),
         });
     }
     // Checked before anything starts, so a bad flag is reported at once.
@@ -899,6 +923,23 @@ pub(crate) fn record_catalog(metrics: &Metrics, types: &[crate::model::InstanceT
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_azure_setting_names_its_flag_its_variable_and_the_docs_page() {
+        let e =
+            AzureNodeArgs::require(Some("  ".to_string()), "--azure-subnet-id").expect_err("blank");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("--azure-subnet-id: required with --cloud azure")
+                && text.contains("AZURE_SUBNET_ID")
+                && text.contains("docs/install.md#where-the-nodes-go-and-how-they-join"),
+            "{text}"
+        );
+        assert_eq!(
+            AzureNodeArgs::require(Some("x".to_string()), "--azure-subnet-id").ok(),
+            Some("x".to_string())
+        );
+    }
 
     #[test]
     fn the_timer_scale_is_a_factor_in_zero_to_one() {
