@@ -7,6 +7,8 @@
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "support/objects.rs"]
+mod objects;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,6 +19,7 @@ use control_plane::{Agent, ControlPlane, eventually, list};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::ResourceExt;
 use kube::api::Api;
+use objects::{EAGER_POOL, deployment};
 use tailor::apis::{NodeClaim, NodePool, labels};
 use tailor::catalog::{Catalog, CatalogOptions};
 use tailor::scheduling::{self, Options};
@@ -45,28 +48,6 @@ spec:
   # Provisioning alone is under test here: consolidation has its own pool and tests.
   disruption: {consolidateAfter: 10m}
 "#;
-
-fn deployment(name: &str, replicas: i32, cpu: &str, memory: &str, extra_spec: &str) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: default}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      containers:
-      - name: app
-        image: registry.example/{name}:1
-        resources: {{requests: {{cpu: "{cpu}", memory: "{memory}"}}}}
-{extra_spec}
-"#
-    )
-}
 
 /// The three Deployments of the provisioning test: 200 pods.
 fn three_deployments() -> String {
@@ -1121,30 +1102,6 @@ async fn an_agent_killed_mid_drain_finishes_the_drain_after_a_restart() {
         .collect();
     assert!(cordoned.is_empty(), "left cordoned: {cordoned:?}");
 }
-
-/// A pool that consolidates at once, one node at a time at most 100% of the pool.
-const EAGER_POOL: &str = r#"
-apiVersion: tailor.sh/v1alpha1
-kind: AKSNodeClass
-metadata: {name: default}
-spec: {imageFamily: AzureLinux}
----
-apiVersion: tailor.sh/v1alpha1
-kind: NodePool
-metadata: {name: default}
-spec:
-  template:
-    spec:
-      requirements:
-      - {key: tailor.sh/sku-family, operator: In, values: [D]}
-      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
-      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
-      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
-  disruption:
-    consolidationPolicy: WhenEmptyOrUnderutilized
-    consolidateAfter: 0s
-    budgets: [{nodes: "100%"}]
-"#;
 
 async fn scale(cp: &ControlPlane, name: &str, replicas: i32) {
     let api: Api<k8s_openapi::api::apps::v1::Deployment> =

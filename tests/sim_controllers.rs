@@ -7,6 +7,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+#[path = "support/objects.rs"]
+mod objects;
+
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use tailor::apis::labels;
@@ -15,46 +18,7 @@ use tailor::provisioning::Mode;
 use tailor::sim::cluster::{Gone, Happening, Objects};
 use tailor::sim::world::Harness;
 
-const POOL: &str = r#"
-apiVersion: tailor.sh/v1alpha1
-kind: AKSNodeClass
-metadata: {name: default}
-spec: {imageFamily: AzureLinux}
----
-apiVersion: tailor.sh/v1alpha1
-kind: NodePool
-metadata: {name: default}
-spec:
-  template:
-    spec:
-      requirements:
-      - {key: tailor.sh/sku-family, operator: In, values: [D]}
-      - {key: tailor.sh/capacity-type, operator: In, values: [on-demand]}
-      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
-      nodeClassRef: {group: tailor.sh, kind: AKSNodeClass, name: default}
-  disruption:
-    consolidationPolicy: WhenEmptyOrUnderutilized
-    consolidateAfter: 0s
-    budgets: [{nodes: "100%"}]
-"#;
-
-fn deployment(name: &str, replicas: u32, cpu: &str, memory: &str, extra_spec: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: default}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      containers:
-      - {{name: app, image: registry.example/{name}:1, resources: {{requests: {{cpu: '{cpu}', memory: '{memory}'}}}}}}
-{extra_spec}
-"
-    )
-}
+use objects::{EAGER_POOL, deployment};
 
 fn autonomous() -> Settings {
     Settings {
@@ -100,7 +64,7 @@ fn family(n: &Node) -> &str {
 #[tokio::test(start_paused = true)]
 async fn pending_pods_get_nodes_and_an_emptied_node_is_removed() {
     let h = Harness::start(
-        &format!("{POOL}---\n{}", deployment("web", 6, "1", "2Gi", "")),
+        &format!("{EAGER_POOL}---\n{}", deployment("web", 6, "1", "2Gi", "")),
         autonomous(),
     )
     .expect("the harness starts");
@@ -131,7 +95,7 @@ async fn pending_pods_get_nodes_and_an_emptied_node_is_removed() {
 #[tokio::test(start_paused = true)]
 async fn a_drifted_node_is_replaced_and_the_replacement_is_ready_before_the_drain() {
     let h = Harness::start(
-        &format!("{POOL}---\n{}", deployment("web", 3, "1", "2Gi", "")),
+        &format!("{EAGER_POOL}---\n{}", deployment("web", 3, "1", "2Gi", "")),
         autonomous(),
     )
     .expect("the harness starts");
@@ -214,7 +178,7 @@ async fn a_drifted_node_is_replaced_and_the_replacement_is_ready_before_the_drai
 #[tokio::test(start_paused = true)]
 async fn a_recommend_only_pool_is_reported_and_kept_while_an_autonomous_pool_beside_it_consolidates()
  {
-    let batch_pool = POOL
+    let batch_pool = EAGER_POOL
         .split("---")
         .nth(1)
         .expect("the pool document")
@@ -222,7 +186,7 @@ async fn a_recommend_only_pool_is_reported_and_kept_while_an_autonomous_pool_bes
     let in_pool = |pool: &str| format!("      nodeSelector: {{{}: {pool}}}", labels::NODE_POOL);
     let h = Harness::start(
         &format!(
-            "{POOL}---{batch_pool}---\n{}---\n{}",
+            "{EAGER_POOL}---{batch_pool}---\n{}---\n{}",
             deployment("web", 6, "1500m", "2Gi", &in_pool("default")),
             deployment("jobs", 6, "1500m", "2Gi", &in_pool("batch"))
         ),
@@ -306,24 +270,20 @@ async fn a_recommend_only_pool_is_reported_and_kept_while_an_autonomous_pool_bes
 
 #[tokio::test]
 async fn a_document_the_harness_cannot_hold_is_refused_naming_it() {
-    let err = Harness::start(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}",
-        autonomous(),
-    )
-    .err()
-    .expect("refused");
+    let refused = |objects: &str| {
+        Harness::start(objects, autonomous())
+            .err()
+            .expect("refused")
+    };
+    let err = refused("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}");
     assert!(
         err.contains("document 1") && err.contains("ConfigMap"),
         "{err}"
     );
-    let err = Harness::start(
-        &deployment("web", 1, "lots", "1Gi", "").replace("replicas: 1", "replicas: -1"),
-        autonomous(),
-    )
-    .err()
-    .expect("refused");
-    assert!(
-        err.contains("Deployment web") && err.contains("-1"),
-        "{err}"
+    let err = refused(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: '4', memory: 16Gi, pods: '110'}}",
     );
+    assert!(err.contains("hold a Node"), "{err}");
+    let err = refused(&deployment("web", -1, "1", "1Gi", ""));
+    assert!(err.contains("replicas") && err.contains("-1"), "{err}");
 }

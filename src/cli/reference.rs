@@ -298,26 +298,25 @@ pub fn chart_values(text: &str) -> std::result::Result<String, String> {
     Ok(out)
 }
 
-/// The text between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in a page (the lines
-/// strictly between the markers).
-pub fn section<'a>(page: &'a str, name: &str) -> Option<&'a str> {
+/// Where the text between `<!-- NAME:begin -->` and `<!-- NAME:end -->` lies in a page
+/// (the lines strictly between the markers).
+fn bounds(page: &str, name: &str) -> Option<(usize, usize)> {
     let begin = format!("<!-- {name}:begin -->\n");
     let end = format!("<!-- {name}:end -->");
     let start = page.find(&begin)? + begin.len();
     let stop = page[start..].find(&end)? + start;
-    Some(&page[start..stop])
+    Some((start, stop))
+}
+
+/// The text between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in a page.
+pub fn section<'a>(page: &'a str, name: &str) -> Option<&'a str> {
+    bounds(page, name).map(|(start, stop)| &page[start..stop])
 }
 
 /// `page` with the section `name` replaced by `body`; `None` when the markers are missing.
 pub fn replace_section(page: &str, name: &str, body: &str) -> Option<String> {
-    let current = section(page, name)?;
-    let start = current.as_ptr() as usize - page.as_ptr() as usize;
-    Some(format!(
-        "{}{}{}",
-        &page[..start],
-        body,
-        &page[start + current.len()..]
-    ))
+    let (start, stop) = bounds(page, name)?;
+    Some(format!("{}{body}{}", &page[..start], &page[stop..]))
 }
 
 #[cfg(test)]

@@ -207,7 +207,7 @@ struct Slot<'a> {
 
 impl Slot<'_> {
     fn labels(&self) -> &BTreeMap<String, String> {
-        self.node.metadata.labels_ref()
+        self.node.labels()
     }
     fn taints(&self) -> &[Taint] {
         self.node
@@ -218,17 +218,6 @@ impl Slot<'_> {
     }
     fn label(&self, key: &str) -> Option<&str> {
         self.labels().get(key).map(String::as_str)
-    }
-}
-
-trait LabelsRef {
-    fn labels_ref(&self) -> &BTreeMap<String, String>;
-}
-
-impl LabelsRef for k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-    fn labels_ref(&self) -> &BTreeMap<String, String> {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        self.labels.as_ref().unwrap_or(&EMPTY)
     }
 }
 
@@ -373,7 +362,7 @@ fn term_selects(term: &PodAffinityTerm, owner: &Pod, other: &Pod) -> bool {
     if !in_namespace {
         return false;
     }
-    let owner_labels = owner.metadata.labels_ref();
+    let owner_labels = owner.labels();
     fn own<'k>(
         keys: Option<&'k Vec<String>>,
         labels: &'k BTreeMap<String, String>,
@@ -387,7 +376,7 @@ fn term_selects(term: &PodAffinityTerm, owner: &Pod, other: &Pod) -> bool {
         term.label_selector.as_ref(),
         &own(term.match_label_keys.as_ref(), owner_labels),
         &own(term.mismatch_label_keys.as_ref(), owner_labels),
-        other.metadata.labels_ref(),
+        other.labels(),
     )
 }
 
@@ -414,12 +403,12 @@ impl Spread {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        matching::selector_matches(Some(&self.selector), &same, &[], pod.metadata.labels_ref())
+        matching::selector_matches(Some(&self.selector), &same, &[], pod.labels())
     }
 }
 
 fn explicit_spreads(pod: &Pod, when: &str) -> Vec<Spread> {
-    let labels = pod.metadata.labels_ref();
+    let labels = pod.labels();
     spec(pod)
         .topology_spread_constraints
         .iter()
@@ -440,17 +429,6 @@ fn explicit_spreads(pod: &Pod, when: &str) -> Vec<Spread> {
             honour_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
         })
         .collect()
-}
-
-fn fnv(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in p.bytes().chain(std::iter::once(0)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
 }
 
 impl<'a> Binder<'a> {
@@ -1122,7 +1100,7 @@ impl<'a> Binder<'a> {
                 let k = key(pod);
                 nodes
                     .iter()
-                    .min_by_key(|n| fnv(&[&k, n]))
+                    .min_by_key(|n| super::fnv1a(k.bytes().chain([0]).chain(n.bytes()).chain([0])))
                     .cloned()
                     .unwrap_or_default()
             }

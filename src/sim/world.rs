@@ -39,6 +39,7 @@ use crate::controllers::{self, Context, Names, Settings, State, Writer};
 use crate::disruption;
 use crate::model::{CapacityType, InstanceType};
 use crate::provisioning::Mode;
+use crate::state::{PendingPods, Snapshot};
 use crate::telemetry::Metrics;
 use crate::telemetry::names::{SavingsSource, Usage, When};
 use crate::usage::ContainerKey;
@@ -482,11 +483,9 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[i.min(values.len() - 1)]
 }
 
-/// A stable hash of a name (FNV-1a), for the scenario's per-pod and per-VM variations.
+/// A stable hash of a name, for the scenario's per-pod and per-VM variations.
 fn hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    super::fnv1a(name.bytes())
 }
 
 /// A pod's replicas differ a little from each other: its usage is the trace's times this.
@@ -906,52 +905,58 @@ impl Harness {
         let cloud = SimulatedAzure::new(clock.clone(), instance_types.clone(), sim_settings);
         let (state, feed) = State::in_memory();
         let cluster = SimCluster::new(feed, clock.clone(), 7);
+        // Read as `tailor simulate` reads a snapshot: the same validation and messages.
+        let snapshot = Snapshot::from_yaml_with("objects", objects, PendingPods::Skip)
+            .map_err(|e| e.to_string())?;
+        if let Some(w) = snapshot.warnings.first() {
+            return Err(w.clone());
+        }
+        let unheld = [
+            ("Pod", snapshot.pods.len()),
+            ("Node", snapshot.nodes.len()),
+            ("DaemonSet", snapshot.daemon_sets.len()),
+            ("StatefulSet", snapshot.stateful_sets.len()),
+            ("ReplicaSet", snapshot.replica_sets.len()),
+            ("Job", snapshot.jobs.len()),
+            (
+                "PersistentVolumeClaim",
+                snapshot.persistent_volume_claims.len(),
+            ),
+            ("PersistentVolume", snapshot.persistent_volumes.len()),
+            ("StorageClass", snapshot.storage_classes.len()),
+            (
+                "HorizontalPodAutoscaler",
+                snapshot.horizontal_pod_autoscalers.len(),
+            ),
+            ("NodeClaim", snapshot.node_claims.len()),
+            ("Recommendation", snapshot.recommendations.len()),
+        ];
+        if let Some((kind, _)) = unheld.iter().find(|(_, n)| *n > 0) {
+            return Err(format!(
+                "the objects hold a {kind}, which the harness does not hold (it holds \
+                 AKSNodeClasses, NodePools, PodDisruptionBudgets, RightsizingPolicies and \
+                 Deployments)"
+            ));
+        }
         let mut deployments = BTreeMap::new();
         {
             let mut o = cluster.lock();
-            for (i, doc) in serde_yaml::Deserializer::from_str(objects).enumerate() {
-                let value: serde_json::Value = serde::Deserialize::deserialize(doc)
-                    .map_err(|e| format!("document {}: {e}", i + 1))?;
-                if value.is_null() {
-                    continue;
-                }
-                let kind = value["kind"].as_str().unwrap_or_default().to_string();
-                let read = |v: serde_json::Value| v.clone();
-                let bad = |e: serde_json::Error| format!("document {} ({kind}): {e}", i + 1);
-                match kind.as_str() {
-                    "AKSNodeClass" => {
-                        o.put(serde_json::from_value::<AKSNodeClass>(read(value)).map_err(bad)?);
-                    }
-                    "NodePool" => {
-                        o.put(serde_json::from_value::<NodePool>(read(value)).map_err(bad)?);
-                    }
-                    "RightsizingPolicy" => {
-                        o.put(
-                            serde_json::from_value::<RightsizingPolicy>(read(value))
-                                .map_err(bad)?,
-                        );
-                    }
-                    "PodDisruptionBudget" => {
-                        o.put(
-                            serde_json::from_value::<
-                                k8s_openapi::api::policy::v1::PodDisruptionBudget,
-                            >(read(value))
-                            .map_err(bad)?,
-                        );
-                    }
-                    "Deployment" => {
-                        let d: Deployment = serde_json::from_value(value).map_err(bad)?;
-                        let name = d.name_any();
-                        let w = add_deployment(&mut o, d)?;
-                        deployments.insert(name, w);
-                    }
-                    other => {
-                        return Err(format!(
-                            "document {} is a {other:?}, which the harness does not hold",
-                            i + 1
-                        ));
-                    }
-                }
+            for class in snapshot.node_classes {
+                o.put(class);
+            }
+            for pool in snapshot.node_pools {
+                o.put(pool);
+            }
+            for pdb in snapshot.pod_disruption_budgets {
+                o.put(pdb);
+            }
+            for policy in snapshot.rightsizing_policies {
+                o.put(policy);
+            }
+            for d in snapshot.deployments {
+                let name = d.name_any();
+                let w = add_deployment(&mut o, d)?;
+                deployments.insert(name, w);
             }
             o.synced();
         }
@@ -1025,7 +1030,6 @@ fn add_deployment(o: &mut Objects, d: Deployment) -> Result<usize, String> {
         .spec
         .clone()
         .ok_or_else(|| format!("Deployment {name}: no spec"))?;
-    let template = spec.template.clone();
     let replicas = u32::try_from(spec.replicas.unwrap_or(1)).map_err(|_| {
         format!(
             "Deployment {name}: spec.replicas {:?} is negative",
@@ -1033,18 +1037,32 @@ fn add_deployment(o: &mut Objects, d: Deployment) -> Result<usize, String> {
         )
     })?;
     let d = o.show(d);
-    let rs: ReplicaSet = o.show(object(json!({
-        "metadata": {
-            "name": format!("{name}-5c4d9b8f7"),
-            "namespace": d.namespace().unwrap_or_else(|| "default".to_string()),
-            "labels": template.metadata.as_ref().and_then(|m| m.labels.clone()),
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "Deployment", "name": name,
-                "uid": d.uid().unwrap_or_default(), "controller": true,
-            }],
+    let template = spec.template.clone();
+    let rs: ReplicaSet = o.show(ReplicaSet {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{name}-5c4d9b8f7")),
+            namespace: Some(d.namespace().unwrap_or_else(|| "default".to_string())),
+            labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
+            owner_references: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: "apps/v1".to_string(),
+                    kind: "Deployment".to_string(),
+                    name: name.clone(),
+                    uid: d.uid().unwrap_or_default(),
+                    controller: Some(true),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
         },
-        "spec": {"replicas": replicas, "selector": spec.selector, "template": template},
-    })));
+        spec: Some(k8s_openapi::api::apps::v1::ReplicaSetSpec {
+            replicas: spec.replicas,
+            selector: spec.selector,
+            template: Some(template.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    });
     let pod = Pod {
         metadata: template.metadata.unwrap_or_default(),
         spec: template.spec,

@@ -292,6 +292,15 @@ impl Snapshot {
         Self::from_yaml_files([(file, text)])
     }
 
+    /// Parses one YAML text; `pending` says whether workloads are expanded into pending
+    /// pods. `file` names it in errors.
+    pub fn from_yaml_with(file: &str, text: &str, pending: PendingPods) -> Result<Self> {
+        let mut snapshot = Snapshot::default();
+        snapshot.add_yaml(file, text)?;
+        snapshot.finish(pending)?;
+        Ok(snapshot)
+    }
+
     /// Parses several YAML texts into one snapshot; all or nothing.
     pub fn from_yaml_files<'a, I>(files: I) -> Result<Self>
     where
