@@ -80,6 +80,25 @@ fn up(dir: &Path) -> PathBuf {
     PathBuf::from(stdout.lines().last().expect("kubeconfig path").trim())
 }
 
+/// The directory of the control plane's binaries (kubectl among them), built once by
+/// `scripts/control-plane build` (cached; a test that needs it fails when it cannot be built).
+#[allow(dead_code)] // used by the documentation tests
+pub fn binaries() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Command::new(repo().join("scripts/control-plane"))
+            .arg("build")
+            .output()
+            .expect("scripts/control-plane runs");
+        assert!(
+            out.status.success(),
+            "scripts/control-plane build failed (it needs go):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    })
+}
+
 /// The pool's directory and size: `TAILOR_E2E_POOL` (set by `scripts/test`, which stops the
 /// planes at the end) and `TAILOR_E2E_POOL_SIZE` (2 by default).
 fn pool() -> Option<(PathBuf, usize)> {
@@ -155,6 +174,14 @@ impl ControlPlane {
 
     /// A control plane started for this test alone, stopped when it ends.
     pub async fn start_fresh() -> ControlPlane {
+        let cp = ControlPlane::start_bare().await;
+        cp.install_crds().await;
+        cp
+    }
+
+    /// A plane started for this test alone without Tailor's CRDs, for a test that installs
+    /// them itself (with helm, as a user does); stopped when it ends.
+    pub async fn start_bare() -> ControlPlane {
         tailor::telemetry::install_tls_provider();
         let dir = tempfile::Builder::new()
             .prefix("tailor-e2e-")
@@ -162,13 +189,11 @@ impl ControlPlane {
             .expect("a temporary directory");
         let kubeconfig = up(dir.path());
         let client = client_for(&kubeconfig).await;
-        let cp = ControlPlane {
+        ControlPlane {
             home: Home::Own(dir),
             kubeconfig,
             client,
-        };
-        cp.install_crds().await;
-        cp
+        }
     }
 
     /// The directory holding the cluster's logs and state.

@@ -1,7 +1,8 @@
-// Command kube is kube-apiserver, kube-controller-manager and kube-scheduler in one binary, so
-// the Kubernetes tree is linked once for the test control plane instead of three times. It runs
-// the component named by the name it was started under (scripts/control-plane links each name
-// to it) or by its first argument.
+// Command kube is kube-apiserver, kube-controller-manager, kube-scheduler and kubectl in one
+// binary, so the Kubernetes tree is linked once for the test control plane instead of four times.
+// It runs the component named by the name it was started under (scripts/control-plane links each
+// name to it) or by its first argument. kubectl is there for the documentation tests, which run
+// the docs' kubectl lines against the test control plane.
 package main
 
 import (
@@ -18,6 +19,8 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
 func command(name string) *cobra.Command {
@@ -28,6 +31,8 @@ func command(name string) *cobra.Command {
 		return controllermanager.NewControllerManagerCommand()
 	case "kube-scheduler":
 		return scheduler.NewSchedulerCommand()
+	case "kubectl":
+		return kubectl.NewDefaultKubectlCommand()
 	}
 	return nil
 }
@@ -40,8 +45,15 @@ func main() {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintln(os.Stderr, "usage: kube {kube-apiserver|kube-controller-manager|kube-scheduler} [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kube {kube-apiserver|kube-controller-manager|kube-scheduler|kubectl} [flags]")
 		os.Exit(2)
+	}
+	if cmd.Name() == "kubectl" {
+		// kubectl prints its own errors, in its own format, as the upstream command does.
+		if err := cli.RunNoErrOutput(cmd); err != nil {
+			kubectlutil.CheckErr(err)
+		}
+		return
 	}
 	os.Exit(cli.Run(cmd))
 }
