@@ -762,7 +762,9 @@ async fn an_invalid_nodepool_is_refused_or_reported_and_nothing_is_launched_for_
     )
     .await;
     assert!(
-        condition.message.contains("spec.limits") && condition.message.contains("\"-5\""),
+        condition.message.contains("spec.limits")
+            && condition.message.contains("\"-5\"")
+            && condition.message.contains("docs/configuration.md#nodepool"),
         "{}",
         condition.message
     );

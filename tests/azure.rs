@@ -1166,6 +1166,12 @@ async fn managed_identity_tokens_come_from_imds_for_system_and_user_assigned_ide
         err.contains("system-assigned") && err.contains("Identity not found"),
         "{err}"
     );
+    // It says which chart values set the identity, and where the docs explain them.
+    assert!(
+        err.contains("managedIdentity.clientId")
+            && err.contains("docs/install.md#an-azure-identity"),
+        "{err}"
+    );
     // A transient 500 is retried; a 400 is not.
     fake.arm().imds_system_assigned = true;
     fake.arm().faults.push(Fault {

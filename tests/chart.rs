@@ -489,3 +489,37 @@ fn workloads_may_be_patched_only_when_rolling_restarts_are_allowed() {
     let no_prometheus = "settings:\n  clusterName: x\n  rightsizingRollingRestart: true\n";
     assert!(!grants(no_prometheus).0);
 }
+
+#[test]
+fn extra_volumes_are_mounted_beside_the_webhook_certificate() {
+    // Prometheus credentials as files, on a read-only root filesystem.
+    let values = format!(
+        "{RIGHTSIZING}extraVolumes: [{{name: prometheus-auth, secret: {{secretName: prometheus-auth}}}}]\n\
+         extraVolumeMounts: [{{name: prometheus-auth, mountPath: /etc/tailor/prometheus, readOnly: true}}]\n"
+    );
+    let objects = render("tailor", &values).expect("renders");
+    let pod = &kind(&objects, "Deployment")[0]["spec"]["template"]["spec"];
+    let volumes: Vec<&str> = pod["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(volumes, ["webhook-cert", "prometheus-auth"]);
+    let mounts: Vec<&str> = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .expect("mounts")
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert_eq!(mounts, ["/etc/tailor/webhook", "/etc/tailor/prometheus"]);
+    // Without right-sizing (no webhook), the extra ones alone.
+    let objects = render(
+        "tailor",
+        "settings: {clusterName: e2e}\nextraVolumes: [{name: a, emptyDir: {}}]\nextraVolumeMounts: [{name: a, mountPath: /a}]\n",
+    )
+    .expect("renders");
+    let pod = &kind(&objects, "Deployment")[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["name"], "a");
+    assert_eq!(pod["containers"][0]["volumeMounts"][0]["mountPath"], "/a");
+}

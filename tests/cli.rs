@@ -270,6 +270,82 @@ fn an_empty_cluster_name_is_refused_before_anything_starts_naming_the_setting_an
     assert!(!stderr.contains("kubeconfig"), "{stderr}");
 }
 
+/// `tailor run --cloud azure` with every node setting but `leave_out`, against a kubeconfig
+/// that points nowhere: Ok(()) never, Err(stderr) of the refusal.
+fn azure_run_without(leave_out: &[&str]) -> String {
+    let settings = [
+        ("--subscription-id", "00000000-0000-0000-0000-000000000000"),
+        ("--azure-node-resource-group", "MC_prod_prod-eastus_eastus"),
+        (
+            "--azure-subnet-id",
+            "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/prod/providers/Microsoft.Network/virtualNetworks/prod/subnets/nodes",
+        ),
+        (
+            "--azure-ssh-public-key",
+            "ssh-ed25519 AAAAC3Nza ops@example.com",
+        ),
+        (
+            "--cluster-endpoint",
+            "https://prod.hcp.eastus.azmk8s.io:443",
+        ),
+        (
+            "--cluster-ca-bundle",
+            "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t",
+        ),
+        ("--kubelet-bootstrap-token", "abcdef.0123456789abcdef"),
+    ];
+    let mut args = vec![
+        "run",
+        "--cloud",
+        "azure",
+        "--cluster-name",
+        "prod-eastus",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--metrics-address",
+        "127.0.0.1:0",
+        "--health-address",
+        "127.0.0.1:0",
+    ];
+    for (flag, value) in settings {
+        if !leave_out.contains(&flag) {
+            args.extend([flag, value]);
+        }
+    }
+    let (ok, _, stderr) = tailor(&args);
+    assert!(!ok, "tailor run started without {leave_out:?}");
+    stderr
+}
+
+#[test]
+fn missing_azure_node_settings_are_refused_before_any_connection_naming_variable_and_page() {
+    // The kubeconfig points nowhere: each refusal must come before the agent reads it.
+    let stderr = azure_run_without(&["--azure-subnet-id"]);
+    for needle in [
+        "--azure-subnet-id: required with --cloud azure",
+        "AZURE_SUBNET_ID",
+        "docs/install.md#where-the-nodes-go-and-how-they-join",
+    ] {
+        assert!(stderr.contains(needle), "{needle} missing: {stderr}");
+    }
+    assert!(!stderr.contains("kubeconfig"), "{stderr}");
+    // Neither a bootstrap token nor a node identity: nodes could not join, so nothing starts.
+    let stderr = azure_run_without(&["--kubelet-bootstrap-token"]);
+    for needle in [
+        "nodes could not join the cluster",
+        "AZURE_NODE_IDENTITIES",
+        "TAILOR_KUBELET_BOOTSTRAP_TOKEN",
+        "docs/install.md#where-the-nodes-go-and-how-they-join",
+    ] {
+        assert!(stderr.contains(needle), "{needle} missing: {stderr}");
+    }
+    assert!(!stderr.contains("kubeconfig"), "{stderr}");
+    // With every setting, the next step is the kubeconfig: the checks above refused nothing
+    // that was there.
+    let stderr = azure_run_without(&[]);
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}
+
 #[test]
 fn committed_metric_reference_matches_what_tailor_metrics_reference_generates() {
     let (ok, fresh, stderr) = tailor(&["metrics-reference"]);

@@ -255,7 +255,8 @@ spec:
     assert_eq!(condition.reason, "InvalidMode");
     assert!(
         condition.message.contains("tailor.sh/mode: \"Autonomous\"")
-            && condition.message.contains("recommend-only"),
+            && condition.message.contains("recommend-only")
+            && condition.message.contains("docs/configuration.md#modes"),
         "{}",
         condition.message
     );

@@ -347,6 +347,14 @@ async fn an_unreachable_prometheus_is_an_error_naming_it() {
         err.to_string().contains(&format!("127.0.0.1:{port}")),
         "{err}"
     );
+    // It names the setting to check and the docs section.
+    assert!(
+        err.to_string().contains("settings.prometheusUrl")
+            && err
+                .to_string()
+                .contains("docs/install.md#prometheus-or-azure-managed-prometheus"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -296,6 +296,92 @@ impl AzureNodeArgs {
     }
 }
 
+/// What `--cloud azure` runs with, checked before the agent connects anywhere.
+struct AzureSetup {
+    settings: AzureSettings,
+    credential: Arc<dyn azure_core::auth::TokenCredential>,
+    catalog_refresh: Duration,
+}
+
+impl AzureNodeArgs {
+    /// The settings of `--cloud azure`, or the first one missing, named with its variable
+    /// and the docs. Nodes need a way to join: a bootstrap token, or an identity on the VM
+    /// for AKS's secure TLS bootstrapping; without either every VM would be paid for and
+    /// never become a node.
+    fn setup(
+        self,
+        access: &super::AzureArgs,
+        options: &crate::catalog::CatalogOptions,
+        cluster_name: &str,
+    ) -> Result<AzureSetup> {
+        let AzureNodeArgs {
+            azure_node_resource_group,
+            azure_subnet_id,
+            azure_ssh_public_key,
+            azure_admin_username,
+            azure_node_identities,
+            cluster_endpoint,
+            cluster_ca_bundle,
+            kubelet_bootstrap_token,
+            cluster_dns,
+            azure_poll_interval,
+            azure_catalog_refresh,
+        } = self;
+        let mut arm = access.arm_settings()?;
+        arm.poll_interval = azure_poll_interval;
+        let bootstrap_token = kubelet_bootstrap_token.filter(|t| !t.trim().is_empty());
+        let node_identities: Vec<String> = azure_node_identities
+            .into_iter()
+            .filter(|i| !i.trim().is_empty())
+            .collect();
+        let settings = AzureSettings {
+            placement: Placement {
+                subscription_id: access.subscription("--cloud azure")?,
+                resource_group: Self::require(
+                    azure_node_resource_group,
+                    "--azure-node-resource-group",
+                )?,
+                location: options.region.to_ascii_lowercase(),
+                default_subnet_id: Self::require(azure_subnet_id, "--azure-subnet-id")?,
+                admin_username: azure_admin_username,
+                ssh_public_key: Self::require(azure_ssh_public_key, "--azure-ssh-public-key")?,
+                node_identities,
+            },
+            cluster_name: cluster_name.to_string(),
+            bootstrap: ClusterBootstrap {
+                api_server: Self::require(cluster_endpoint, "--cluster-endpoint")?,
+                ca_bundle_base64: Self::require(cluster_ca_bundle, "--cluster-ca-bundle")?,
+                bootstrap_token,
+                cluster_dns,
+                default_max_pods: options.node.max_pods,
+            },
+            arm,
+            prices_endpoint: access.azure_prices_endpoint.clone(),
+            throttle_backoff: Duration::from_secs(60),
+        };
+        if settings.bootstrap.bootstrap_token.is_none()
+            && settings.placement.node_identities.is_empty()
+        {
+            return Err(CliError::InvalidFlag {
+                flag: "--azure-node-identities",
+                reason: format!(
+                    "nodes could not join the cluster: with --cloud azure give the nodes an \
+                     identity for AKS's secure TLS bootstrapping ({}, the kubelet identity's \
+                     resource ID) or a bootstrap token ({}); the chart passes either in \
+                     extraEnv; see docs/install.md#where-the-nodes-go-and-how-they-join",
+                    Self::env_of("--azure-node-identities"),
+                    Self::env_of("--kubelet-bootstrap-token"),
+                ),
+            });
+        }
+        Ok(AzureSetup {
+            settings,
+            credential: access.credential()?,
+            catalog_refresh: azure_catalog_refresh,
+        })
+    }
+}
+
 impl Settings {
     /// These settings with `consolidation`'s rules.
     fn with_consolidation(self, consolidation: ConsolidationArg) -> Self {
@@ -418,6 +504,12 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
     let azure_access = catalog.azure.clone();
     let (catalog, catalog_options) = catalog.load()?;
     let types = catalog.instance_types(&catalog_options)?;
+    // Azure's settings and identity are checked before anything connects, so a missing one
+    // is reported at once, naming its variable and the docs.
+    let azure_setup = match cloud {
+        CloudArg::Azure => Some(azure.setup(&azure_access, &catalog_options, &cluster_name)?),
+        CloudArg::Kwok => None,
+    };
     let file = kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
     let (client, server) = crate::state::cluster::client(file, None)
         .await
@@ -517,9 +609,8 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
             .start(&mut tasks, &state, writer.clone(), &metrics)
             .await?;
     }
-    match cloud {
-        CloudArg::Kwok => {
-            let _ = azure;
+    match azure_setup {
+        None => {
             let cloud = KwokCloud::new(
                 client.clone(),
                 clock.clone(),
@@ -549,59 +640,14 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
             });
             controllers::run(ctx, &mut tasks);
         }
-        CloudArg::Azure => {
-            let AzureNodeArgs {
-                azure_node_resource_group,
-                azure_subnet_id,
-                azure_ssh_public_key,
-                azure_admin_username,
-                azure_node_identities,
-                cluster_endpoint,
-                cluster_ca_bundle,
-                kubelet_bootstrap_token,
-                cluster_dns,
-                azure_poll_interval,
-                azure_catalog_refresh,
-            } = azure;
-            let mut arm = azure_access.arm_settings()?;
-            arm.poll_interval = azure_poll_interval;
-            let settings_azure = AzureSettings {
-                placement: Placement {
-                    subscription_id: azure_access.subscription("--cloud azure")?,
-                    resource_group: AzureNodeArgs::require(
-                        azure_node_resource_group,
-                        "--azure-node-resource-group",
-                    )?,
-                    location: catalog_options.region.to_ascii_lowercase(),
-                    default_subnet_id: AzureNodeArgs::require(
-                        azure_subnet_id,
-                        "--azure-subnet-id",
-                    )?,
-                    admin_username: azure_admin_username,
-                    ssh_public_key: AzureNodeArgs::require(
-                        azure_ssh_public_key,
-                        "--azure-ssh-public-key",
-                    )?,
-                    node_identities: azure_node_identities,
-                },
-                cluster_name,
-                bootstrap: ClusterBootstrap {
-                    api_server: AzureNodeArgs::require(cluster_endpoint, "--cluster-endpoint")?,
-                    ca_bundle_base64: AzureNodeArgs::require(
-                        cluster_ca_bundle,
-                        "--cluster-ca-bundle",
-                    )?,
-                    bootstrap_token: kubelet_bootstrap_token.filter(|t| !t.is_empty()),
-                    cluster_dns,
-                    default_max_pods: catalog_options.node.max_pods,
-                },
-                arm,
-                prices_endpoint: azure_access.azure_prices_endpoint.clone(),
-                throttle_backoff: Duration::from_secs(60),
-            };
+        Some(AzureSetup {
+            settings: settings_azure,
+            credential,
+            catalog_refresh,
+        }) => {
             let shared = Arc::new(std::sync::RwLock::new(catalog));
             let cloud = AzureCloud::new(
-                azure_access.credential()?,
+                credential,
                 settings_azure,
                 clock.clone(),
                 shared.clone(),
@@ -621,7 +667,7 @@ async fn agent(args: RunArgs, out: &mut dyn Write) -> Result<()> {
                     tracing::warn!(error = %e, "looking for leaked network interfaces failed")
                 }
             }
-            tasks.spawn(cloud.clone().refresh_forever(azure_catalog_refresh));
+            tasks.spawn(cloud.clone().refresh_forever(catalog_refresh));
             let ctx = Arc::new(Context {
                 state: state.clone(),
                 writer,

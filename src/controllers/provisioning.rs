@@ -867,10 +867,19 @@ async fn report_validation<C: CloudProvider>(
 ) {
     use crate::apis::nodepool::condition::VALIDATION_SUCCEEDED;
     let mut status = pool.status.clone().unwrap_or_default();
+    // A refusal says where the docs explain what the field takes.
     let (ok, reason, message) = match verdict {
         Ok(()) => (true, "Valid", String::new()),
-        Err(Invalid::Pool(m)) => (false, "Invalid", m.clone()),
-        Err(Invalid::Mode(m)) => (false, "InvalidMode", m.clone()),
+        Err(Invalid::Pool(m)) => (
+            false,
+            "Invalid",
+            format!("{m}; see docs/configuration.md#nodepool"),
+        ),
+        Err(Invalid::Mode(m)) => (
+            false,
+            "InvalidMode",
+            format!("{m}; see docs/configuration.md#modes"),
+        ),
     };
     let changed = crate::apis::set_condition(
         &mut status.conditions,

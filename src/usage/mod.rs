@@ -183,6 +183,12 @@ impl UsageSink for Usage {
     }
 }
 
+/// What an unreachable source tells the user to check: the setting that names it and the
+/// docs section on Prometheus.
+pub const PROMETHEUS_DOCS: &str = "check --prometheus-url (TAILOR_PROMETHEUS_URL; the chart's \
+     settings.prometheusUrl) and its credentials; see \
+     docs/install.md#prometheus-or-azure-managed-prometheus";
+
 /// Why usage could not be read. No recommendation is built on a failed read.
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
@@ -190,7 +196,7 @@ pub enum UsageError {
     #[error("usage source settings: {0}")]
     Settings(String),
     /// The source could not be reached or kept failing.
-    #[error("reading usage from {url}: {message}")]
+    #[error("reading usage from {url}: {message}; {PROMETHEUS_DOCS}")]
     Unavailable {
         /// The source's address.
         url: String,

@@ -23,6 +23,12 @@ use azure_core::{HttpClient, Url};
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
+/// What a failed token request tells the user to check: the chart's identity values and the
+/// docs section that explains them.
+pub const IDENTITY_DOCS: &str = "the agent's Azure identity is the chart's workloadIdentity.enabled \
+     and workloadIdentity.clientId, or managedIdentity.clientId (AZURE_CLIENT_ID); see \
+     docs/install.md#an-azure-identity";
+
 /// The public cloud's AAD authority.
 pub const DEFAULT_AUTHORITY_HOST: &str = "https://login.microsoftonline.com";
 /// Scope of Azure Managed Prometheus queries.
@@ -335,7 +341,7 @@ impl ManagedIdentity {
         let fail = |message: String| {
             AzError::with_message(ErrorKind::Credential, || {
                 format!(
-                    "managed identity: {} at {shown} for {resource:?}: {message}",
+                    "managed identity: {} at {shown} for {resource:?}: {message}; {IDENTITY_DOCS}",
                     self.who()
                 )
             })
@@ -499,13 +505,17 @@ impl WorkloadIdentity {
         let file = self.token_file.display();
         let text = std::fs::read_to_string(&self.token_file).map_err(|e| {
             AzError::with_message(ErrorKind::Credential, || {
-                format!("workload identity: reading the federated token file {file}: {e}")
+                format!(
+                    "workload identity: reading the federated token file {file}: {e}; {IDENTITY_DOCS}"
+                )
             })
         })?;
         let token = text.trim();
         if token.is_empty() {
             return Err(AzError::with_message(ErrorKind::Credential, || {
-                format!("workload identity: the federated token file {file} is empty")
+                format!(
+                    "workload identity: the federated token file {file} is empty; {IDENTITY_DOCS}"
+                )
             }));
         }
         // A service-account token is a JWT: three base64url parts.
@@ -551,7 +561,7 @@ impl TokenCredential for WorkloadIdentity {
                 ErrorKind::Credential,
                 e,
                 format!(
-                    "workload identity: exchanging the token in {} at {}",
+                    "workload identity: exchanging the token in {} at {}; {IDENTITY_DOCS}",
                     self.token_file.display(),
                     self.authority
                 ),
