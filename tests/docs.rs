@@ -898,6 +898,18 @@ async fn the_install_walk_through_runs_end_to_end_as_documented() {
             .await;
         println!("{line}\n{}", head(&out));
     }
+    // Two days of history: the storefront's row says it can be acted on.
+    let table = shell.run("kubectl get recommendations -n shop");
+    let header = table.lines().next().unwrap_or_default();
+    let column = header.find("ACTIONABLE").expect("an ACTIONABLE column");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("deployment-storefront"))
+        .expect("the storefront's row");
+    assert!(
+        row.get(column..).is_some_and(|v| v.starts_with("True")),
+        "{table}"
+    );
     for line in lines(&block(&blocks, "README.md", "reason=WouldProvision").body) {
         let out = shell
             .until(&line, 90, |out| {

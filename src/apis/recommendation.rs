@@ -130,6 +130,12 @@ pub struct TargetReference {
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(
+        name = "Actionable",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Actionable\")].status",
+        description = "Whether there is enough recent history to act on the recommendation"
+    ),
+    printcolumn(
         name = "Stale",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Stale\")].status"
