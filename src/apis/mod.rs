@@ -353,6 +353,7 @@ mod tests {
                     "Confidence",
                     "Mode",
                     "Ready",
+                    "Actionable",
                     "Stale",
                     "Age",
                 ],
