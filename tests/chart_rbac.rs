@@ -32,12 +32,11 @@ use std::time::{Duration, Instant};
 use control_plane::{Agent, ControlPlane, list};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
@@ -224,37 +223,16 @@ spec:
 /// Two days of usage of right-sizing's workloads (pods named as their controllers name
 /// them), one sample a minute, ending now: `grow` uses a steady core, the others little.
 fn usage() -> String {
-    use std::fmt::Write as _;
-    let end = jiff::Timestamp::now().as_second() / 60 * 60 - 60;
-    let pods = [
-        ("grow-5d8f7c9b4-abcde", 1.0, 200.0),
-        ("grow-5d8f7c9b4-fghij", 1.0, 200.0),
-        ("roll-6c7d8e9f5-klmno", 0.2, 300.0),
-        ("db-0", 0.2, 300.0),
-        ("ds-pqrst", 0.2, 300.0),
-    ];
-    let mut om = String::from("# TYPE container_cpu_usage_seconds counter\n");
-    for (pod, cores, _) in pods {
-        for (i, t) in (end - 2 * 86_400..=end).step_by(60).enumerate() {
-            let total = cores * 60.0 * i as f64;
-            let _ = writeln!(
-                om,
-                "container_cpu_usage_seconds_total{{namespace=\"default\",pod=\"{pod}\",container=\"app\"}} {total} {t}"
-            );
-        }
-    }
-    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
-    for (pod, _, mib) in pods {
-        for t in (end - 2 * 86_400..=end).step_by(60) {
-            let _ = writeln!(
-                om,
-                "container_memory_working_set_bytes{{namespace=\"default\",pod=\"{pod}\",container=\"app\"}} {} {t}",
-                mib * 1_048_576.0
-            );
-        }
-    }
-    om.push_str("# EOF\n");
-    om
+    prometheus_server::steady_usage(
+        "default",
+        &[
+            ("grow-5d8f7c9b4-abcde", 1.0, 200.0),
+            ("grow-5d8f7c9b4-fghij", 1.0, 200.0),
+            ("roll-6c7d8e9f5-klmno", 0.2, 300.0),
+            ("db-0", 0.2, 300.0),
+            ("ds-pqrst", 0.2, 300.0),
+        ],
+    )
 }
 
 /// What right-sizing runs with: Prometheus, and the webhook's certificate (for 127.0.0.1)
@@ -523,30 +501,7 @@ async fn install(cp: &ControlPlane, rbac: &ChartRbac) -> PathBuf {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(cp.client.clone(), NAMESPACE)
-        .create_token_request(&rbac.service_account, &PostParams::default(), &request)
-        .await
-        .expect("a token for the ServiceAccount")
-        .status
-        .expect("token status")
-        .token;
-    // The admin's kubeconfig with its client certificate swapped for the token.
-    let text = std::fs::read_to_string(&cp.kubeconfig).expect("admin kubeconfig");
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("kubeconfig YAML");
-    let users = config["users"].as_sequence_mut().expect("users");
-    assert_eq!(users.len(), 1, "one user in the admin kubeconfig");
-    users[0]["user"] = serde_yaml::to_value(json!({"token": token})).expect("user");
-    let path = cp.dir().join("serviceaccount.kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML")).expect("write");
-    path
+    control_plane::service_account_kubeconfig(cp, NAMESPACE, &rbac.service_account).await
 }
 
 /// Deletes everything a run left: workloads, NodeClaims, Nodes (their finalizers first),

@@ -271,7 +271,7 @@ fn an_empty_cluster_name_is_refused_before_anything_starts_naming_the_setting_an
 }
 
 /// `tailor run --cloud azure` with every node setting but `leave_out`, against a kubeconfig
-/// that points nowhere: Ok(()) never, Err(stderr) of the refusal.
+/// that points nowhere: what it printed as it refused to start (it must not start).
 fn azure_run_without(leave_out: &[&str]) -> String {
     let settings = [
         ("--subscription-id", "00000000-0000-0000-0000-000000000000"),

@@ -24,6 +24,8 @@
 mod control_plane;
 #[path = "support/helm.rs"]
 mod helm;
+#[path = "support/objects.rs"]
+mod objects;
 #[path = "support/prometheus.rs"]
 #[allow(dead_code)] // shared with the Prometheus tests, which use all of it
 mod prometheus_server;
@@ -104,9 +106,8 @@ fn blocks() -> Vec<Block> {
 /// lines joined, quotes removed, a comment dropped, and the command ending at a pipe,
 /// redirection or `&&` (what follows is another program's).
 fn commands(body: &str) -> Vec<Vec<String>> {
-    let joined = body.replace("\\\n", " ");
     let mut out = Vec::new();
-    for line in joined.lines() {
+    for line in lines(body) {
         let mut words = Vec::new();
         let mut word = String::new();
         let mut in_word = false;
@@ -215,24 +216,18 @@ fn helm_template(words: &[String], values: Option<&str>, page: &str) -> Result<S
     let mut i = 2;
     while i < words.len() {
         match words[i].as_str() {
-            // Flags of a release in a cluster; `--reuse-values` renders with the page's
-            // values example, which the release would hold.
             "--create-namespace" | "--wait" => {}
-            "--reuse-values" => {
+            // The page's values example is the `values.yaml` a line names, and what a
+            // release upgraded with `--reuse-values` would hold.
+            flag @ ("--values" | "-f" | "--reuse-values") => {
                 let file = dir.path().join("values.yaml");
-                let text =
-                    values.ok_or_else(|| format!("{page}: --reuse-values without an example"))?;
+                let text = values.ok_or_else(|| format!("{page}: {flag} without an example"))?;
                 std::fs::write(&file, text).expect("write values");
                 args.push("--values".to_string());
                 args.push(file.to_string_lossy().into_owned());
-            }
-            "--values" | "-f" => {
-                let file = dir.path().join("values.yaml");
-                let text = values.ok_or_else(|| format!("{page}: --values without an example"))?;
-                std::fs::write(&file, text).expect("write values");
-                args.push("--values".to_string());
-                args.push(file.to_string_lossy().into_owned());
-                i += 1;
+                if flag != "--reuse-values" {
+                    i += 1;
+                }
             }
             w => args.push(w.to_string()),
         }
@@ -584,77 +579,32 @@ impl Shell {
 /// The user's cluster before Tailor: two system nodes (tainted `CriticalAddonsOnly`, as an
 /// AKS system pool can be, so workloads wait for capacity while the agent's replicas run)
 /// and the shop's storefront, whose two replicas no node can take yet.
-const USER_CLUSTER: &str = r#"
+fn user_cluster() -> String {
+    let system_node = |i: usize| {
+        format!(
+            r#"
 apiVersion: v1
 kind: Node
 metadata:
-  name: aks-system-0
-  annotations: {kwok.x-k8s.io/node: fake}
-  labels: {kubernetes.io/hostname: aks-system-0, kubernetes.io/os: linux, kubernetes.io/arch: amd64, topology.kubernetes.io/zone: eastus-1, kubernetes.azure.com/agentpool: system}
+  name: aks-system-{i}
+  annotations: {{kwok.x-k8s.io/node: fake}}
+  labels: {{kubernetes.io/hostname: aks-system-{i}, kubernetes.io/os: linux, kubernetes.io/arch: amd64, topology.kubernetes.io/zone: eastus-{zone}, kubernetes.azure.com/agentpool: system}}
 spec:
-  taints: [{key: CriticalAddonsOnly, value: "true", effect: NoSchedule}]
+  taints: [{{key: CriticalAddonsOnly, value: "true", effect: NoSchedule}}]
 status:
-  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
-  allocatable: {cpu: "3860m", memory: 12Gi, pods: "110"}
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: aks-system-1
-  annotations: {kwok.x-k8s.io/node: fake}
-  labels: {kubernetes.io/hostname: aks-system-1, kubernetes.io/os: linux, kubernetes.io/arch: amd64, topology.kubernetes.io/zone: eastus-2, kubernetes.azure.com/agentpool: system}
-spec:
-  taints: [{key: CriticalAddonsOnly, value: "true", effect: NoSchedule}]
-status:
-  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
-  allocatable: {cpu: "3860m", memory: 12Gi, pods: "110"}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: storefront, namespace: shop}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: storefront}}
-  template:
-    metadata: {labels: {app: storefront}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      containers:
-      - {name: app, image: registry.example/storefront:1, resources: {requests: {cpu: "1", memory: 2Gi}}}
-"#;
-
-/// Two days of the storefront's usage in the cadvisor series Tailor reads: a third of a
-/// core and 600 MiB per replica, against requests of a core and 2 GiB.
-fn storefront_usage() -> String {
-    use std::fmt::Write as _;
-    let end = jiff::Timestamp::now().as_second() / 60 * 60 - 60;
-    let pods = ["storefront-7c9d8b6f5-abcde", "storefront-7c9d8b6f5-fghij"];
-    let mut om = String::from("# TYPE container_cpu_usage_seconds counter\n");
-    for pod in pods {
-        for (i, t) in (end - 2 * 86_400..=end).step_by(60).enumerate() {
-            let _ = writeln!(
-                om,
-                "container_cpu_usage_seconds_total{{namespace=\"shop\",pod=\"{pod}\",container=\"app\"}} {} {t}",
-                0.33 * 60.0 * i as f64
-            );
-        }
-    }
-    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
-    for pod in pods {
-        for t in (end - 2 * 86_400..=end).step_by(60) {
-            let _ = writeln!(
-                om,
-                "container_memory_working_set_bytes{{namespace=\"shop\",pod=\"{pod}\",container=\"app\"}} {} {t}",
-                600.0 * 1_048_576.0
-            );
-        }
-    }
-    om.push_str("# EOF\n");
-    om
+  capacity: {{cpu: "4", memory: 16Gi, pods: "110"}}
+  allocatable: {{cpu: "3860m", memory: 12Gi, pods: "110"}}
+"#,
+            zone = i + 1
+        )
+    };
+    [
+        system_node(0),
+        system_node(1),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n".to_string(),
+        objects::deployment_in("shop", "storefront", 2, "1", "2Gi", ""),
+    ]
+    .join("\n---\n")
 }
 
 /// `tailor run` as the chart's Deployment runs it: its container's arguments and
@@ -678,9 +628,8 @@ impl Drop for ChartAgent {
 impl ChartAgent {
     async fn start(cp: &ControlPlane, dir: &std::path::Path) -> ChartAgent {
         use k8s_openapi::api::apps::v1::Deployment;
-        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-        use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
-        use kube::api::{Api, ListParams, PostParams};
+        use k8s_openapi::api::core::v1::{Pod, Secret};
+        use kube::api::{Api, ListParams};
 
         let deployment = Api::<Deployment>::namespaced(cp.client.clone(), "tailor")
             .get("tailor")
@@ -732,31 +681,7 @@ impl ChartAgent {
 
         // The ServiceAccount's identity, as its projected token gives it in the pod.
         let account = spec.service_account_name.clone().expect("a ServiceAccount");
-        let token = Api::<ServiceAccount>::namespaced(cp.client.clone(), "tailor")
-            .create_token_request(
-                &account,
-                &PostParams::default(),
-                &TokenRequest {
-                    spec: TokenRequestSpec {
-                        audiences: Vec::new(),
-                        expiration_seconds: Some(3600),
-                        ..TokenRequestSpec::default()
-                    },
-                    ..TokenRequest::default()
-                },
-            )
-            .await
-            .expect("a token for the chart's ServiceAccount")
-            .status
-            .expect("token status")
-            .token;
-        let text = std::fs::read_to_string(&cp.kubeconfig).expect("admin kubeconfig");
-        let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("kubeconfig");
-        config["users"][0]["user"] =
-            serde_yaml::to_value(serde_json::json!({"token": token})).expect("user");
-        let kubeconfig = dir.join("serviceaccount.kubeconfig");
-        std::fs::write(&kubeconfig, serde_yaml::to_string(&config).expect("YAML"))
-            .expect("write the kubeconfig");
+        let kubeconfig = control_plane::service_account_kubeconfig(cp, "tailor", &account).await;
 
         let mut env: Vec<(String, String)> = Vec::new();
         for var in container.env.clone().unwrap_or_default() {
@@ -838,8 +763,16 @@ async fn the_install_walk_through_runs_end_to_end_as_documented() {
     // them at the end, which a pooled plane (CRDs installed once, kept) must not see.
     let cp = ControlPlane::start_bare().await;
     let mut shell = Shell::new(&cp);
-    let prometheus = prometheus_server::start_prometheus(&storefront_usage()).await;
-    cp.apply_yaml(USER_CLUSTER).await;
+    let prometheus = prometheus_server::start_prometheus(&prometheus_server::steady_usage(
+        "shop",
+        // A third of a core and 600 MiB per replica, against requests of a core and 2 GiB.
+        &[
+            ("storefront-7c9d8b6f5-abcde", 0.33, 600.0),
+            ("storefront-7c9d8b6f5-fghij", 0.33, 600.0),
+        ],
+    ))
+    .await;
+    cp.apply_yaml(&user_cluster()).await;
 
     phase("install");
     // 1. Install, recommend-only (README): the values example as values.yaml.

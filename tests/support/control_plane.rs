@@ -537,6 +537,42 @@ where
     }
 }
 
+/// A kubeconfig acting as the ServiceAccount `account` of `namespace`, as its projected token
+/// does in a pod: the admin's kubeconfig with its client certificate swapped for a token the
+/// TokenRequest API mints (valid an hour). Written into the plane's directory.
+#[allow(dead_code)] // used by the chart tests
+pub async fn service_account_kubeconfig(
+    cp: &ControlPlane,
+    namespace: &str,
+    account: &str,
+) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(cp.client.clone(), namespace)
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{account}: {e}"))
+        .status
+        .expect("token status")
+        .token;
+    let text = std::fs::read_to_string(&cp.kubeconfig).expect("admin kubeconfig");
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("kubeconfig YAML");
+    let users = config["users"].as_sequence_mut().expect("users");
+    assert_eq!(users.len(), 1, "one user in the admin kubeconfig");
+    users[0]["user"] = serde_yaml::to_value(serde_json::json!({"token": token})).expect("user");
+    let path = cp.dir().join(format!("{namespace}-{account}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML")).expect("write");
+    path
+}
+
 /// Lists every object of a kind.
 pub async fn list<K>(api: &Api<K>) -> Vec<K>
 where

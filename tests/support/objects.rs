@@ -1,5 +1,7 @@
 //! Objects the end-to-end and the simulated-cluster tests both create.
 
+#![allow(dead_code)] // each test binary uses part of it
+
 /// A pool that consolidates at once, one node at a time at most 100% of the pool.
 pub const EAGER_POOL: &str = r#"
 apiVersion: tailor.sh/v1alpha1
@@ -27,11 +29,23 @@ spec:
 /// A Deployment of `replicas` pods of one container requesting `cpu` and `memory`, in
 /// `default`; `extra_spec` is appended to the pod spec (indented six spaces).
 pub fn deployment(name: &str, replicas: i32, cpu: &str, memory: &str, extra_spec: &str) -> String {
+    deployment_in("default", name, replicas, cpu, memory, extra_spec)
+}
+
+/// [`deployment`] in `namespace`.
+pub fn deployment_in(
+    namespace: &str,
+    name: &str,
+    replicas: i32,
+    cpu: &str,
+    memory: &str,
+    extra_spec: &str,
+) -> String {
     format!(
         r#"
 apiVersion: apps/v1
 kind: Deployment
-metadata: {{name: {name}, namespace: default}}
+metadata: {{name: {name}, namespace: {namespace}}}
 spec:
   replicas: {replicas}
   selector: {{matchLabels: {{app: {name}}}}}

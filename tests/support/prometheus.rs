@@ -78,6 +78,37 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// Two days of one-minute cadvisor samples ending a minute ago, as OpenMetrics text: for each
+/// `(pod, cores, MiB)` in `namespace`, container `app` using a steady `cores` of CPU and `MiB`
+/// of working set. Pods named as a Deployment's are (`<name>-<hash>-<suffix>`) map to it.
+#[allow(dead_code)] // not every test binary uses it
+pub fn steady_usage(namespace: &str, pods: &[(&str, f64, f64)]) -> String {
+    use std::fmt::Write as _;
+    let end = jiff::Timestamp::now().as_second() / 60 * 60 - 60;
+    let mut om = String::from("# TYPE container_cpu_usage_seconds counter\n");
+    for (pod, cores, _) in pods {
+        for (i, t) in (end - 2 * 86_400..=end).step_by(60).enumerate() {
+            let total = cores * 60.0 * i as f64;
+            let _ = writeln!(
+                om,
+                "container_cpu_usage_seconds_total{{namespace=\"{namespace}\",pod=\"{pod}\",container=\"app\"}} {total} {t}"
+            );
+        }
+    }
+    om.push_str("# TYPE container_memory_working_set_bytes gauge\n");
+    for (pod, _, mib) in pods {
+        for t in (end - 2 * 86_400..=end).step_by(60) {
+            let _ = writeln!(
+                om,
+                "container_memory_working_set_bytes{{namespace=\"{namespace}\",pod=\"{pod}\",container=\"app\"}} {} {t}",
+                mib * 1_048_576.0
+            );
+        }
+    }
+    om.push_str("# EOF\n");
+    om
+}
+
 /// Backfills `openmetrics` with promtool and starts Prometheus over it, ready to query.
 pub async fn start_prometheus(openmetrics: &str) -> TestPrometheus {
     start_prometheus_with_auth(openmetrics, None).await
