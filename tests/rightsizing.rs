@@ -9,6 +9,8 @@
 mod bin;
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "support/objects.rs"]
+mod objects;
 #[path = "support/prometheus.rs"]
 mod prometheus_server;
 
@@ -45,24 +47,7 @@ status:
 "#;
 
 fn deployment(ns: &str, name: &str, replicas: i32, cpu: &str, memory: &str) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: {ns}, labels: {{app: {name}}}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      containers:
-      - name: app
-        image: registry.example/{name}:1
-        resources: {{requests: {{cpu: "{cpu}", memory: "{memory}"}}}}
-"#
-    )
+    objects::deployment_in(ns, name, replicas, cpu, memory, "")
 }
 
 /// The workloads: `web` and `api` with three days of usage, `fresh` with six hours (too

@@ -26,8 +26,8 @@ spec:
     budgets: [{nodes: "100%"}]
 "#;
 
-/// A Deployment of `replicas` pods of one container requesting `cpu` and `memory`, in
-/// `default`; `extra_spec` is appended to the pod spec (indented six spaces).
+/// A Deployment labelled `app: NAME`, of `replicas` pods of one container requesting `cpu`
+/// and `memory`, in `default`; `extra_spec` is appended to the pod spec (indented six spaces).
 pub fn deployment(name: &str, replicas: i32, cpu: &str, memory: &str, extra_spec: &str) -> String {
     deployment_in("default", name, replicas, cpu, memory, extra_spec)
 }
@@ -45,7 +45,7 @@ pub fn deployment_in(
         r#"
 apiVersion: apps/v1
 kind: Deployment
-metadata: {{name: {name}, namespace: {namespace}}}
+metadata: {{name: {name}, namespace: {namespace}, labels: {{app: {name}}}}}
 spec:
   replicas: {replicas}
   selector: {{matchLabels: {{app: {name}}}}}
